@@ -1,0 +1,187 @@
+"""Trend statistics for memory series. Pure functions on arrays; no framework imports.
+
+The detector answers one question per metric: is this series still growing, how fast, and since when?
+It works on per-window minima, which ignore periodic spikes and transient allocations. It tests for a
+monotonic trend with Mann–Kendall (the exact distribution for small samples, a tie-corrected normal
+approximation otherwise) and estimates the slope with Theil–Sen and Sen's confidence interval. Both
+are rank-based, so one outlier cannot make a leak.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Sequence
+
+import numpy as np
+
+GROWING = "growing"
+FLAT = "flat"
+PLATEAU = "plateau"
+
+#: Window counts at which the most recent minima are tested, shortest first: a fast leak is seen at
+#: the first scale, a slow leak under noise at a longer one.
+SCALES = (6, 12, 24, 48)
+_EXACT_MAX_N = 12
+
+
+@dataclass(frozen=True)
+class Trend:
+    """What the detector concluded about one stretch of a series."""
+
+    kind: str
+    slope: float = 0.0
+    slope_low: float = 0.0
+    slope_high: float = 0.0
+    p_value: float = 1.0
+    onset_step: int | None = None
+    windows: int = 0
+
+    @property
+    def growing(self) -> bool:
+        return self.kind == GROWING
+
+
+def window_minima(steps: Sequence[int], values: Sequence[float], size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Minimum of each full window of `size` samples, with the step at which it occurred."""
+    count = len(values) // size
+    if count == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0)
+    v = np.asarray(values[: count * size], dtype=float).reshape(count, size)
+    s = np.asarray(steps[: count * size], dtype=np.int64).reshape(count, size)
+    rows = np.arange(count)
+    at = v.argmin(axis=1)
+    return s[rows, at], v[rows, at]
+
+
+@lru_cache(maxsize=None)
+def _inversion_cdf(n: int) -> tuple[float, ...]:
+    """P(inversions <= k) for a random permutation of n items (Mahonian numbers)."""
+    counts = [1]
+    for m in range(2, n + 1):
+        nxt = [0] * (len(counts) + m - 1)
+        for k, c in enumerate(counts):
+            for j in range(m):
+                nxt[k + j] += c
+        counts = nxt
+    total = math.factorial(n)
+    return tuple(np.cumsum(counts) / total)
+
+
+def mann_kendall(y: Sequence[float]) -> tuple[float, float]:
+    """Mann–Kendall S and its one-sided p-value for an increasing trend."""
+    y = np.asarray(y, dtype=float)
+    n = len(y)
+    if n < 3:
+        return 0.0, 1.0
+    s = float(np.triu(np.sign(y[None, :] - y[:, None]), 1).sum())
+    _, counts = np.unique(y, return_counts=True)
+    ties = counts[counts > 1]
+    if len(ties) == 0 and n <= _EXACT_MAX_N:
+        pairs = n * (n - 1) // 2
+        inversions = int(round((pairs - s) / 2))
+        return s, float(_inversion_cdf(n)[inversions])
+    var = (n * (n - 1) * (2 * n + 5) - float(np.sum(ties * (ties - 1) * (2 * ties + 5)))) / 18.0
+    if s <= 0 or var <= 0:
+        return s, 1.0
+    z = (s - 1.0) / math.sqrt(var)
+    return s, 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def theil_sen(x: Sequence[float], y: Sequence[float], z: float = 1.96) -> tuple[float, float, float]:
+    """Median pairwise slope and Sen's confidence interval (z = 1.96 for 95%)."""
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    n = len(y)
+    if n < 2:
+        return 0.0, 0.0, 0.0
+    i, j = np.triu_indices(n, 1)
+    dx = x[j] - x[i]
+    keep = dx != 0
+    slopes = np.sort((y[j] - y[i])[keep] / dx[keep])
+    m = len(slopes)
+    if m == 0:
+        return 0.0, 0.0, 0.0
+    spread = z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
+    low = slopes[max(0, int(math.floor((m - spread) / 2)))]
+    high = slopes[min(m - 1, int(math.ceil((m + spread) / 2)))]
+    return float(np.median(slopes)), float(low), float(high)
+
+
+def onset_index(y: Sequence[float]) -> int:
+    """Index where a flat-then-linear (hinge) least-squares fit to `y` breaks; all breaks at once."""
+    y = np.asarray(y, dtype=float)
+    n = len(y)
+    if n < 4:
+        return 0
+    breaks = np.arange(n - 2)[:, None]
+    t = np.maximum(np.arange(n)[None, :] - breaks, 0).astype(float)
+    tc = t - t.mean(axis=1, keepdims=True)
+    yc = y - y.mean()
+    slope = (tc @ yc) / np.einsum("ij,ij->i", tc, tc)
+    sse = np.sum((yc[None, :] - slope[:, None] * tc) ** 2, axis=1)
+    return int(np.argmin(np.round(sse, 9)))
+
+
+def assess(steps: Sequence[int], minima: Sequence[float], alpha: float, scales: Sequence[int] = SCALES) -> Trend:
+    """Is the recent part of a series of window minima growing? Tests each scale, shortest first.
+
+    `alpha` is the false-alarm rate for one call, split evenly (Bonferroni) across the scales. The onset
+    is left to `onset`, which callers run only when the trend matters.
+    """
+    steps = np.asarray(steps, dtype=np.int64)
+    minima = np.asarray(minima, dtype=float)
+    n = len(minima)
+    tested = [k for k in scales if k <= n]
+    if not tested:
+        return Trend(FLAT, windows=n)
+    level = alpha / len(scales)
+    for k in tested:
+        _, p = mann_kendall(minima[-k:])
+        if p < level:
+            slope, low, high = theil_sen(steps[-k:], minima[-k:])
+            if slope > 0:
+                return Trend(GROWING, slope, low, high, p, None, k)
+    k = tested[-1]
+    slope, low, high = theil_sen(steps[-k:], minima[-k:])
+    return Trend(FLAT, slope, low, high, mann_kendall(minima[-k:])[1], None, k)
+
+
+def onset(steps: Sequence[int], minima: Sequence[float]) -> int:
+    """The step at which growth began: the break of a hinge fit over (at most) the last 192 minima."""
+    start = max(0, len(minima) - 4 * SCALES[-1])
+    return int(np.asarray(steps)[start:][onset_index(np.asarray(minima)[start:])])
+
+
+def classify(steps: Sequence[int], values: Sequence[float], window: int, alpha: float) -> Trend:
+    """Whole-run trend of a series: growing at the end, grew then stopped (plateau), or flat."""
+    wsteps, minima = window_minima(steps, values, window)
+    recent = assess(wsteps, minima, alpha)
+    if recent.growing:
+        return recent
+    if len(minima) >= SCALES[0]:
+        _, p = mann_kendall(minima)
+        slope, low, high = theil_sen(wsteps, minima)
+        if p < alpha and low > 0:
+            return Trend(PLATEAU, slope, low, high, p, None, len(minima))
+    return recent
+
+
+def is_material(unit: str, slope: float, level: float, horizon: int, limit: float | None) -> bool:
+    """Does a slope matter over the horizon? Bytes: the projected growth takes at least a tenth of the
+    headroom to the limit (and 16 MiB). Counts: it at least doubles the level. Seconds: it adds half."""
+    growth = slope * horizon
+    if unit == "bytes":
+        headroom = (limit - level) if limit else level
+        return growth >= max(16 * 2**20, 0.1 * max(headroom, 0.0))
+    if unit == "seconds":
+        return growth >= 0.5 * abs(level)
+    return growth >= max(1.0, abs(level))
+
+
+def steps_to_limit(level: float, slope: float, limit: float | None) -> float | None:
+    """Steps until `level` growing at `slope` reaches `limit`; None when it never does."""
+    if not limit or slope <= 0:
+        return None
+    return max(0.0, (limit - level) / slope)

@@ -1,0 +1,169 @@
+"""From evidence to findings: the Evidence an investigation gathers, the rule runner, and the generic
+rules that apply whatever the framework (an allocator cache, and the native_memory fallback).
+
+Rules run in priority order; each sees the findings accepted before it, so a specific cause found by a
+framework rule is not reported again by a generic one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from leakdoctor.detect import Trend
+from leakdoctor.guard import Guard
+from leakdoctor.integrations import MetricSpec, Rule
+from leakdoctor.summary import Finding, format_value
+
+#: Growth during the window must reach this fraction of what the suspicion's slope predicted.
+STILL_GROWING = 0.3
+#: After the cleanup ladder, this fraction of the window's growth must remain for it to be real.
+SURVIVES = 0.5
+
+
+@dataclass
+class Ladder:
+    """Readings of every metric before and after each cleanup rung: [("before", {...}), (rung, {...})]."""
+
+    rungs: list[tuple[str, dict[str, float]]]
+
+    def before(self, metric: str) -> float | None:
+        return self.rungs[0][1].get(metric)
+
+    def after(self, metric: str) -> float | None:
+        return self.rungs[-1][1].get(metric)
+
+    def drops(self, metric: str) -> list[tuple[str, float]]:
+        """How much each rung took back."""
+        values = [(name, readings.get(metric)) for name, readings in self.rungs]
+        return [(name, prev - cur) for (_, prev), (name, cur) in zip(values, values[1:])
+                if prev is not None and cur is not None]
+
+
+@dataclass
+class Evidence:
+    """Everything one investigation saw, with the arithmetic rules share."""
+
+    start_step: int
+    end_step: int
+    suspects: dict[str, Trend]
+    trends: dict[str, Trend]
+    specs: dict[str, MetricSpec]
+    begin: Ladder
+    end: Ladder
+    reports: dict[str, Any]
+
+    @property
+    def steps(self) -> int:
+        return max(1, self.end_step - self.start_step)
+
+    def growth(self, metric: str) -> float:
+        """Growth during the window, from after the first cleanup to before the last."""
+        start, stop = self.begin.after(metric), self.end.before(metric)
+        return 0.0 if start is None or stop is None else stop - start
+
+    def residual(self, metric: str) -> float:
+        """Growth that is still there after the last cleanup."""
+        start, stop = self.begin.after(metric), self.end.after(metric)
+        return 0.0 if start is None or stop is None else stop - start
+
+    def growing(self, metric: str) -> bool:
+        """Did a suspect keep growing during the window at a good part of its suspected rate?"""
+        trend = self.suspects.get(metric)
+        return trend is not None and self.growth(metric) > 0 and \
+            self.growth(metric) >= STILL_GROWING * trend.slope * self.steps
+
+    def survives(self, metric: str) -> bool:
+        """Growing, and most of the growth survived the cleanup ladder: a real leak."""
+        return self.growing(metric) and self.residual(metric) >= SURVIVES * self.growth(metric)
+
+    def reclaimed_by(self, metric: str) -> str | None:
+        """The cleanup rung that took back the most at the end of the window."""
+        drops = [d for d in self.end.drops(metric) if d[1] > 0]
+        return max(drops, key=lambda d: d[1])[0] if drops else None
+
+    @property
+    def confirmed(self) -> list[str]:
+        return [m for m in self.suspects if self.growing(m)]
+
+    def unexplained(self, accepted: Iterable[Finding]) -> list[str]:
+        explained = {m for f in accepted for m in f.explains}
+        return [m for m in self.confirmed if m not in explained]
+
+    def rate(self, metric: str) -> float:
+        trend = self.suspects.get(metric) or self.trends.get(metric)
+        return trend.slope if trend else self.growth(metric) / self.steps
+
+    def describe(self, metric: str) -> str:
+        """'rss_bytes grew 1.2 MiB in 10 steps (120.0 KiB/step)'."""
+        unit = self.specs[metric].unit if metric in self.specs else "count"
+        return (f"{metric} grew {format_value(self.growth(metric), unit)} in {self.steps} steps "
+                f"({format_value(self.rate(metric), unit)}/step)")
+
+    def finding(self, cause: str, metric: str, *, evidence: str, recommendation: str,
+                location: str | None = None, **extra: Any) -> Finding:
+        """A Finding for `metric` with onset, rate and unit filled in from this evidence."""
+        trend = self.suspects.get(metric)
+        return Finding(
+            cause=cause,
+            metric=metric,
+            first_step=int(trend.onset_step) if trend and trend.onset_step is not None else self.start_step,
+            detected_step=self.end_step,
+            rate_per_step=self.rate(metric),
+            unit=self.specs[metric].unit if metric in self.specs else "count",
+            location=location,
+            evidence=evidence,
+            recommendation=recommendation,
+            **extra,
+        )
+
+
+def diagnose(evidence: Evidence, rules: Sequence[Rule], guard: Guard) -> list[Finding]:
+    """Run every rule in priority order; return the findings they accept."""
+    accepted: list[Finding] = []
+    for rule in sorted(rules, key=lambda r: r.priority):
+        name = getattr(rule.fn, "__name__", "rule")
+        accepted += guard.call(f"rule {name}", rule.fn, evidence, list(accepted), default=[]) or []
+    return accepted
+
+
+def allocator_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
+    """Growth of memory that a cleanup rung took back is held by an allocator cache: benign."""
+    found = []
+    for metric in ev.unexplained(accepted):
+        rung = ev.reclaimed_by(metric)
+        if ev.specs[metric].unit != "bytes" or ev.survives(metric) or rung is None:
+            continue
+        found.append(ev.finding(
+            "allocator_cache", metric, benign=True, reclaimed_by=rung,
+            evidence=f"{ev.describe(metric)}; {rung} took it back, so an allocator was caching freed memory",
+            recommendation=f"not a leak; if the cached memory is needed elsewhere, run {rung} periodically",
+        ))
+    return found
+
+
+def fallback(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
+    """Memory that grows, survives every cleanup and that no specific rule explains."""
+    found = []
+    for metric in ev.unexplained(accepted):
+        if ev.specs[metric].unit != "bytes" or not ev.survives(metric):
+            continue
+        native = metric == "rss_bytes"
+        found.append(ev.finding(
+            "native_memory" if native else "device_arrays", metric,
+            evidence=f"{ev.describe(metric)}, survived cleanup, and no Python allocation or framework "
+                     f"counter accounts for it",
+            recommendation="look for native extensions or C libraries that allocate per step; run with "
+                           "remedies='off' under a native profiler (memray --native, heaptrack)" if native else
+                           "arrays on the device accumulate: look for results kept across steps",
+        ))
+    return found
+
+
+GENERIC_RULES = [Rule(60, allocator_cache), Rule(100, fallback)]
+
+
+def unexplained_notes(ev: Evidence, accepted: list[Finding]) -> list[str]:
+    """Confirmed growth that no rule turned into a finding, for the summary's notes."""
+    return [f"step {ev.end_step}: {ev.describe(m)}; no rule names a cause" for m in ev.unexplained(accepted)]
+

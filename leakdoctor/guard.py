@@ -1,0 +1,40 @@
+"""Never hurt the run: every probe, forensic, cleanup, rule and remedy call goes through a Guard.
+An exception is reported once (a LeakDoctorWarning and an entry in the summary), and the part that
+raised is switched off for the rest of the run."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
+
+
+class LeakDoctorWarning(RuntimeWarning):
+    """Something in leakdoctor failed or was switched off; the training run goes on."""
+
+
+class Guard:
+    """Calls parts by name; the first exception of a part switches that part off."""
+
+    def __init__(self) -> None:
+        self.errors: list[dict[str, str]] = []
+        self.off: set[str] = set()
+
+    def call(self, part: str, fn: Callable[..., T], *args: Any, default: Any = None, **kwargs: Any) -> T | Any:
+        if part in self.off:
+            return default
+        try:
+            return fn(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001 - the user's run must go on whatever a part raises
+            self.disable(part, f"{type(err).__name__}: {err}")
+            return default
+
+    def disable(self, part: str, reason: str) -> None:
+        """Switch `part` off and report why, once."""
+        if part in self.off:
+            return
+        self.off.add(part)
+        self.errors.append({"part": part, "error": reason})
+        warnings.warn(f"leakdoctor: {part} failed ({reason}); switched off for the rest of the run",
+                      LeakDoctorWarning, stacklevel=4)

@@ -1,0 +1,111 @@
+"""What an integration hands the engine: probes, forensics, cleanups, diagnosis rules and targets.
+
+An integration is plain data built by a factory function in one module per framework
+(`process.integration()`, `torch.integration(model)`, ...). The engine only reads it: probes feed the
+series, forensics run during an investigation, cleanups form the "clear it, does it still grow?" ladder,
+rules turn evidence into findings, and targets are the objects a remedy may act on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+
+if TYPE_CHECKING:
+    from leakdoctor.diagnosis import Evidence
+    from leakdoctor.summary import Finding
+
+UNITS = ("bytes", "count", "seconds")
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """How to read one series. `primary` metrics can raise a suspicion; `supporting` ones are evidence.
+    `limit` is the level at which the run fails (a memory limit), used for projections. `source` tells
+    rules where the metric comes from ("process", "gauge", "container", a framework); `where` is the
+    place to name in a finding."""
+
+    name: str
+    unit: str = "bytes"
+    role: str = "primary"
+    limit: float | None = None
+    source: str = ""
+    where: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.unit not in UNITS:
+            raise ValueError(f"unit {self.unit!r} for {self.name!r}: expected one of {UNITS}")
+        if self.role not in ("primary", "supporting"):
+            raise ValueError(f"role {self.role!r} for {self.name!r}: expected 'primary' or 'supporting'")
+
+
+class Probe(Protocol):
+    """A cheap reading taken on every sample (or every `every`-th sample): microseconds, no allocation
+    spikes. The doctor samples every step unless that would cost more than 0.5% of step time. A probe
+    whose read is expensive throttles itself (see process.WorkerProbe)."""
+
+    name: str
+    every: int
+
+    def read(self) -> Mapping[str, float]: ...
+
+    def spec(self, metric: str) -> MetricSpec: ...
+
+
+@dataclass
+class FunctionProbe:
+    """A probe made of a function returning {metric: value} and the specs of those metrics."""
+
+    name: str
+    fn: Callable[[], Mapping[str, float]]
+    specs: Mapping[str, MetricSpec]
+    every: int = 1
+
+    def read(self) -> Mapping[str, float]:
+        return self.fn()
+
+    def spec(self, metric: str) -> MetricSpec:
+        return self.specs[metric]
+
+
+class Forensic(Protocol):
+    """An expensive look that runs only during an investigation: `begin()`, some steps, `end()`.
+    `end` returns a report object that rules read from `Evidence.reports[name]`."""
+
+    name: str
+
+    def begin(self) -> None: ...
+
+    def end(self, steps: int) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Cleanup:
+    """One rung of the cleanup ladder: harmless to the numbers, may free memory (gc, cache clears).
+    A `settle` cleanup (malloc_trim) hands freed memory back to the OS: it is a rung of its own first,
+    and also runs after every other rung, so each rung's drop in RSS is what that rung freed."""
+
+    name: str
+    run: Callable[[], object]
+    settle: bool = False
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A diagnosis rule: reads the evidence and the findings accepted so far, returns new findings.
+    Lower `priority` runs first; specific causes come before generic ones."""
+
+    priority: int
+    fn: Callable[["Evidence", "list[Finding]"], "list[Finding]"]
+
+
+@dataclass
+class Integration:
+    """Everything one framework contributes to a doctor."""
+
+    name: str
+    probes: list[Probe] = field(default_factory=list)
+    forensics: list[Forensic] = field(default_factory=list)
+    cleanups: list[Cleanup] = field(default_factory=list)
+    rules: list[Rule] = field(default_factory=list)
+    targets: dict[str, Any] = field(default_factory=dict)

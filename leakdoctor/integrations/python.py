@@ -1,0 +1,347 @@
+"""Python-level knowledge for every run: user gauges and watched containers (cheap, every step), a gc
+census by type and a tracemalloc snapshot diff (forensics, only during an investigation), the
+gc.collect cleanup rung, and the rules for container_growth and python_objects."""
+
+from __future__ import annotations
+
+import gc
+import inspect
+import os
+import sys
+import sysconfig
+import tracemalloc
+import weakref
+from collections import Counter, deque
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from leakdoctor.diagnosis import Evidence
+from leakdoctor.guard import Guard
+from leakdoctor.integrations import Cleanup, Integration, MetricSpec, Rule
+from leakdoctor.summary import Finding, format_value
+
+CONTAINERS = (list, dict, set, frozenset, tuple, deque)
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_EXAMPLES = os.path.join(_PACKAGE, "examples")
+_LIBRARY_DIRS = tuple({os.path.abspath(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib")})
+
+
+def is_user_file(filename: str) -> bool:
+    """True for the user's own source: not leakdoctor's engine, not site-packages, not the stdlib."""
+    if filename.startswith("<"):
+        return False
+    path = os.path.abspath(filename)
+    if path.startswith(_PACKAGE + os.sep) and not path.startswith(_EXAMPLES + os.sep):
+        return False
+    if f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path:
+        return False
+    return not path.startswith(_LIBRARY_DIRS)
+
+
+def short_path(filename: str) -> str:
+    """The path relative to the working directory when it lies inside it."""
+    path = os.path.abspath(filename)
+    cwd = os.getcwd()
+    return os.path.relpath(path, cwd) if path.startswith(cwd + os.sep) else path
+
+
+def code_location(obj: Any) -> str | None:
+    """'file.py:12' where a function or class is defined, if known."""
+    code = getattr(obj, "__code__", None)
+    if code is not None:
+        return f"{short_path(code.co_filename)}:{code.co_firstlineno}"
+    if not inspect.isclass(obj):
+        return None
+    try:
+        return f"{short_path(inspect.getsourcefile(obj) or '?')}:{inspect.getsourcelines(obj)[1]}"
+    except (OSError, TypeError):
+        return None
+
+
+def type_name(t: type) -> str:
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+# --- cheap probes: gauges and watched containers ---------------------------------------------------
+
+class Watchlist:
+    """User gauges (`doctor.watch`) and objects whose container attributes are counted
+    (`doctor.watch_object`). One probe; each gauge is guarded on its own."""
+
+    name = "watchlist"
+    every = 1
+
+    def __init__(self, guard: Guard) -> None:
+        self._guard = guard
+        self._gauges: dict[str, Callable[[], float]] = {}
+        self._objects: dict[str, tuple[Callable[[], Any], bool]] = {}
+        self._specs: dict[str, MetricSpec] = {}
+        self._containers: dict[str, tuple[Callable[[], Any], str | None]] = {}
+
+    def add_gauge(self, name: str, gauge: Callable[[], float], unit: str) -> None:
+        where = code_location(gauge)
+        self._gauges[name] = gauge
+        self._specs[name] = MetricSpec(name, unit, source="gauge",
+                                       where=f"gauge {name!r}" + (f" ({where})" if where else ""))
+
+    def add_object(self, obj: Any, name: str, include_private: bool) -> None:
+        try:
+            ref: Callable[[], Any] = weakref.ref(obj)
+        except TypeError:
+            ref = lambda: obj  # noqa: E731 - builtin containers cannot be weakly referenced
+        self._objects[name] = (ref, include_private)
+
+    def read(self) -> Mapping[str, float]:
+        values = {}
+        for name, gauge in list(self._gauges.items()):
+            value = self._guard.call(f"gauge {name!r}", gauge)
+            if value is not None:
+                values[name] = float(value)
+        for name, (ref, private) in list(self._objects.items()):
+            obj = ref()
+            if obj is None:
+                del self._objects[name]
+                continue
+            for attr, container in self._containers_of(obj, private):
+                metric = f"len({name}.{attr})" if attr else f"len({name})"
+                if metric not in self._specs:
+                    self._register(metric, obj, attr)
+                values[metric] = float(len(container))
+        return values
+
+    def _containers_of(self, obj: Any, private: bool) -> list[tuple[str | None, Any]]:
+        if isinstance(obj, CONTAINERS):
+            return [(None, obj)]
+        attrs = getattr(obj, "__dict__", {})
+        return [(a, v) for a, v in attrs.items() if isinstance(v, CONTAINERS)
+                and not a.startswith("__") and (private or not a.startswith("_"))]
+
+    def _register(self, metric: str, obj: Any, attr: str | None) -> None:
+        owner = type(obj)
+        where = f"{owner.__qualname__}.{attr}" if attr else metric[4:-1]
+        source = code_location(owner) if attr else None
+        self._specs[metric] = MetricSpec(metric, "count", source="container",
+                                         where=where + (f" ({source})" if source else ""))
+        ref = weakref.ref(obj) if attr else (lambda: obj)
+        self._containers[metric] = (lambda: getattr(ref(), attr) if attr else ref(), attr)
+
+    def spec(self, metric: str) -> MetricSpec:
+        return self._specs[metric]
+
+    def container(self, metric: str) -> Any:
+        """The live container behind a `len(...)` metric, or None."""
+        getter = self._containers.get(metric)
+        try:
+            return getter[0]() if getter else None
+        except AttributeError:
+            return None
+
+
+# --- forensics -------------------------------------------------------------------------------------
+
+@dataclass
+class TypeGrowth:
+    """Types whose live instance count grew during the window, largest first."""
+
+    rows: list[tuple[str, int]]
+
+    def top(self, n: int = 3) -> str:
+        return ", ".join(f"{name} +{delta}" for name, delta in self.rows[:n])
+
+
+class TypeCensus:
+    """Counts gc-tracked objects by type at the start and end of the window; keeps the types that
+    gained at least one instance per step."""
+
+    name = "gc_census"
+
+    def __init__(self) -> None:
+        self._before: Counter[type] = Counter()
+
+    def begin(self) -> None:
+        self._before = Counter(map(type, gc.get_objects()))
+
+    def end(self, steps: int) -> TypeGrowth:
+        after = Counter(map(type, gc.get_objects()))
+        after.subtract(self._before)
+        self._before = Counter()
+        grown = [(type_name(t), n) for t, n in after.most_common(20) if n >= steps]
+        return TypeGrowth(grown)
+
+
+@dataclass(frozen=True)
+class Site:
+    location: str
+    size: int
+    count: int
+    user: bool
+
+
+@dataclass
+class AllocationGrowth:
+    """Allocation sites (innermost user frame) whose live bytes grew during the window, largest first."""
+
+    sites: list[Site]
+
+    @property
+    def top(self) -> Site | None:
+        return self.sites[0] if self.sites else None
+
+
+class AllocationDiff:
+    """A tracemalloc snapshot diff over the window, grouped by the innermost frame of user code."""
+
+    name = "tracemalloc"
+    frames = 16
+
+    def __init__(self) -> None:
+        self._owned = False
+        self._before: tracemalloc.Snapshot | None = None
+
+    def begin(self) -> None:
+        self._owned = not tracemalloc.is_tracing()
+        if self._owned:
+            tracemalloc.start(self.frames)
+        self._before = tracemalloc.take_snapshot()
+
+    def end(self, steps: int) -> AllocationGrowth:
+        after = tracemalloc.take_snapshot()
+        before, self._before = self._before, None
+        if self._owned:
+            tracemalloc.stop()
+        sites: dict[tuple[str, bool], list[int]] = {}
+        for stat in after.compare_to(before, "traceback"):
+            if stat.size_diff <= 0:
+                continue
+            frame = _blame(stat.traceback)
+            if frame is None:
+                continue
+            key = (f"{short_path(frame.filename)}:{frame.lineno}", is_user_file(frame.filename))
+            acc = sites.setdefault(key, [0, 0])
+            acc[0] += stat.size_diff
+            acc[1] += stat.count_diff
+        ranked = sorted((Site(loc, size, count, user) for (loc, user), (size, count) in sites.items()),
+                        key=lambda s: (s.user, s.size), reverse=True)
+        return AllocationGrowth([s for s in ranked if s.size > 0])
+
+
+def _blame(traceback: tracemalloc.Traceback) -> tracemalloc.Frame | None:
+    """The innermost user frame; else the innermost frame outside leakdoctor's engine."""
+    frames = list(reversed(traceback))
+    for frame in frames:
+        if is_user_file(frame.filename):
+            return frame
+    own = _PACKAGE + os.sep
+    for frame in frames:
+        path = os.path.abspath(frame.filename)
+        if not path.startswith(own) or path.startswith(_EXAMPLES + os.sep):
+            return frame
+    return None
+
+
+# --- rules ------------------------------------------------------------------------------------------
+
+def item_bytes(item: Any) -> int:
+    """Approximate size of one container item: its buffer if it has one, else its shallow size."""
+    nbytes = getattr(item, "nbytes", None)
+    if isinstance(nbytes, int):
+        return nbytes
+    return sys.getsizeof(item)
+
+
+def new_items_bytes(container: Any, count: int) -> float:
+    """Estimated bytes of the last `count` items of a container (sampling at most 32 of them)."""
+    if count <= 0 or not isinstance(container, CONTAINERS) or not len(container):
+        return 0.0
+    items = list(container.values() if isinstance(container, dict) else container)[-min(count, 32):]
+    return count * sum(map(item_bytes, items)) / len(items)
+
+
+def _where_allocated(ev: Evidence) -> str:
+    growth = ev.reports.get("tracemalloc")
+    site = growth.top if growth else None
+    return f"; allocations growing at {site.location} (+{format_value(site.size, 'bytes')})" if site else ""
+
+
+def _types(ev: Evidence) -> str:
+    census = ev.reports.get("gc_census")
+    return f"; live objects growing: {census.top()}" if census and census.rows else ""
+
+
+def container_rule(watchlist: Watchlist) -> Rule:
+    def container_growth(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
+        found = []
+        for metric in ev.unexplained(accepted):
+            spec = ev.specs[metric]
+            if spec.source not in ("gauge", "container"):
+                continue
+            container = watchlist.container(metric)
+            held = new_items_bytes(container, int(ev.growth(metric)))
+            explains = [metric]
+            if "rss_bytes" in ev.confirmed and held >= 0.3 * ev.growth("rss_bytes"):
+                explains.append("rss_bytes")
+            name = spec.where.split(" (")[0] if spec.where else metric
+            found.append(ev.finding(
+                "container_growth", metric, location=spec.where, explains=tuple(explains), subject=container,
+                evidence=f"{ev.describe(metric)}" + (f", about {format_value(held, 'bytes')} of new items"
+                                                     if held else "") + _step_time(ev) + _where_allocated(ev),
+                recommendation=f"bound or clear {name} (clear it at epoch end, keep a fixed-size deque, or store summaries instead of objects)",
+            ))
+        return found
+
+    return Rule(50, container_growth)
+
+
+def _step_time(ev: Evidence) -> str:
+    trend = ev.trends.get("step_seconds")
+    if trend is None or not trend.growing:
+        return ""
+    return f"; step time rising by {format_value(trend.slope, 'seconds')}/step"
+
+
+def garbage_cycles(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
+    """Memory that only gc.collect() takes back: reference cycles outpace the garbage collector."""
+    found = []
+    for metric in ev.unexplained(accepted):
+        if ev.specs[metric].unit != "bytes" or ev.survives(metric) or ev.reclaimed_by(metric) != "gc_collect":
+            continue
+        growth = ev.reports.get("tracemalloc")
+        found.append(ev.finding(
+            "python_objects", metric, reclaimed_by="gc_collect",
+            location=growth.top.location if growth and growth.top else None,
+            evidence=f"{ev.describe(metric)}; gc.collect() took it back: objects in reference cycles pile up "
+                     f"faster than the garbage collector runs (gc disabled or frozen, or thresholds raised?)"
+                     + _types(ev),
+            recommendation="break the reference cycles (weakref for back-references, del the closure), or "
+                           "collect periodically (remedy gc_collect does gc.collect() within a 1% time budget)",
+        ))
+    return found
+
+
+def python_objects(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
+    """Resident memory that survives cleanup and that traced Python allocations account for."""
+    metric = "rss_bytes"
+    growth = ev.reports.get("tracemalloc")
+    if metric not in ev.unexplained(accepted) or not ev.survives(metric) or not growth or not growth.top:
+        return []
+    site = growth.top
+    if site.size < 0.3 * ev.growth(metric):
+        return []
+    return [ev.finding(
+        "python_objects", metric, location=site.location,
+        evidence=f"{ev.describe(metric)}; {format_value(site.size, 'bytes')} in {site.count} live allocations "
+                 f"made at {site.location} during the window survived gc.collect()" + _types(ev),
+        recommendation=f"something created at {site.location} is kept from step to step: find who holds it "
+                       f"(a list, a dict, a closure, a global) and drop or bound it",
+    )]
+
+
+def integration(watchlist: Watchlist) -> Integration:
+    """Python probes, forensics, the gc rung and the Python rules."""
+    return Integration(
+        name="python",
+        probes=[watchlist],
+        forensics=[TypeCensus(), AllocationDiff()],
+        cleanups=[Cleanup("gc_collect", gc.collect)],
+        rules=[container_rule(watchlist), Rule(55, garbage_cycles), Rule(80, python_objects)],
+    )

@@ -1,0 +1,63 @@
+"""One investigation: a bounded forensic window around suspected growth.
+
+begin: run the cleanup ladder (recording every metric after each rung), then start the forensics.
+After `length` steps, end: stop the forensics (in reverse order), run the ladder again, and hand the
+readings and reports to diagnosis as Evidence. Growth that survives the ladder is real; growth that one
+rung took back names the remedy that repeats that rung.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+from leakdoctor.detect import Trend
+from leakdoctor.diagnosis import Evidence, Ladder
+from leakdoctor.guard import Guard
+from leakdoctor.integrations import Cleanup, Forensic, MetricSpec
+
+
+def run_ladder(cleanups: Sequence[Cleanup], read: Callable[[], Mapping[str, float]], guard: Guard) -> Ladder:
+    """Read every metric; then again after each settle cleanup, and after each other cleanup followed
+    by the settle cleanups (so freed memory has left the process before it is measured)."""
+    settle = [c for c in cleanups if c.settle]
+    rungs = [("before", dict(read()))]
+    for cleanup in settle + [c for c in cleanups if not c.settle]:
+        for step in [cleanup] + ([] if cleanup.settle else settle):
+            guard.call(f"cleanup {step.name}", step.run)
+        rungs.append((cleanup.name, dict(read())))
+    return Ladder(rungs)
+
+
+class Investigation:
+    def __init__(self, suspects: Mapping[str, Trend], start_step: int, length: int, forensics: Sequence[Forensic],
+                 cleanups: Sequence[Cleanup], read: Callable[[], Mapping[str, float]], guard: Guard) -> None:
+        self.suspects = dict(suspects)
+        self.start_step = start_step
+        self.length = length
+        self._forensics = list(forensics)
+        self._cleanups = list(cleanups)
+        self._read = read
+        self._guard = guard
+        self._begin = run_ladder(self._cleanups, self._read, self._guard)
+        for forensic in self._forensics:
+            guard.call(f"forensic {forensic.name}", forensic.begin)
+
+    def due(self, step: int) -> bool:
+        return step - self.start_step >= self.length
+
+    def finish(self, step: int, trends: Mapping[str, Trend], specs: Mapping[str, MetricSpec]) -> Evidence:
+        reports = self._stop(step)
+        end = run_ladder(self._cleanups, self._read, self._guard)
+        return Evidence(self.start_step, step, self.suspects, dict(trends), dict(specs), self._begin, end, reports)
+
+    def abort(self, step: int) -> None:
+        """Stop the forensics without a diagnosis (the run ended mid-window)."""
+        self._stop(step)
+
+    def _stop(self, step: int) -> dict[str, object]:
+        reports = {}
+        for forensic in reversed(self._forensics):
+            report = self._guard.call(f"forensic {forensic.name}", forensic.end, step - self.start_step)
+            if report is not None:
+                reports[forensic.name] = report
+        return reports

@@ -1,0 +1,79 @@
+"""The remedy base class: a name, the causes it treats, whether it is safe, apply/on_step/undo, and
+what "worked" means. The doctor applies, keeps measuring, and judges; a remedy never raises into the
+user's loop because the doctor guards every call."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Mapping
+
+from leakdoctor.detect import Trend
+from leakdoctor.summary import Finding
+
+
+@dataclass
+class RemedyContext:
+    """What a remedy may look at: the finding it treats, the objects the integrations expose (model,
+    optimizer, train state, ...), the current step, this step's keyword context and the typical
+    step time (for budgeting periodic work)."""
+
+    finding: Finding
+    targets: Mapping[str, Any]
+    step: int = 0
+    context: Mapping[str, Any] = field(default_factory=dict)
+    step_seconds: float = 0.0
+
+
+class Remedy:
+    """Subclass per remedy, one file each, and expose the class as `REMEDY` in that module."""
+
+    name: ClassVar[str]
+    treats: ClassVar[frozenset[str]]
+    safe: ClassVar[bool]
+    #: The slope after must fall to at most this fraction of the slope before.
+    max_rate_ratio: ClassVar[float] = 0.25
+
+    def applicable(self, ctx: RemedyContext) -> bool:
+        """Can this remedy act on this finding here (framework present, target known)?"""
+        return ctx.finding.cause in self.treats
+
+    def apply(self, ctx: RemedyContext) -> str:
+        """Act once; return a short description of what was done."""
+        raise NotImplementedError
+
+    def on_step(self, ctx: RemedyContext) -> None:
+        """Act again after every step, for remedies that must keep acting (force_eval, remove_hooks)."""
+
+    def undo(self, ctx: RemedyContext) -> bool:
+        """Revert `apply` when the remedy did not work; False when it cannot be undone."""
+        return False
+
+    def worked(self, rate_before: float, after: Trend) -> bool:
+        """Effective when the growth is no longer significant and its slope fell enough."""
+        return not after.growing and after.slope <= self.max_rate_ratio * rate_before
+
+
+class Periodic:
+    """Runs `action` every n steps, n chosen so that the action costs at most `budget` of step time."""
+
+    def __init__(self, action: Callable[[], object], budget: float = 0.01, minimum: int = 1) -> None:
+        self.action = action
+        self.budget = budget
+        self.minimum = minimum
+        self.every = minimum
+        self._countdown = 0
+
+    def tick(self, step_seconds: float) -> bool:
+        """Count one step; run the action when due. Returns whether it ran."""
+        self._countdown -= 1
+        if self._countdown > 0:
+            return False
+        start = time.perf_counter()
+        self.action()
+        cost = time.perf_counter() - start
+        if step_seconds > 0:
+            self.every = max(self.minimum, math.ceil(cost / (self.budget * step_seconds)))
+        self._countdown = self.every
+        return True

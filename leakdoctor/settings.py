@@ -1,0 +1,133 @@
+"""Validated doctor settings. Every bad value fails here, at construction, with a ValueError that names
+the value and what would have been valid; nothing is validated later inside the user's loop."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from leakdoctor import remedies as remedy_registry
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
+          "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a doctor was asked to do. Build with `Settings.create(...)`, which validates."""
+
+    remedies: tuple[str, ...] = ()
+    warmup: int = 20
+    window: int = 6
+    horizon: int = 100_000
+    memory_limit: float | None = None
+    alpha: float = 0.01
+    investigate_steps: int = 10
+    verify_windows: int = 8
+    overhead: float = 0.005
+    summary_path: Path | None = None
+    plot_path: Path | None = None
+    verbose: bool = True
+    rank: int = 0
+
+    @classmethod
+    def create(
+        cls,
+        remedies: str | Sequence[str] = "off",
+        warmup: int = 20,
+        window: int = 6,
+        horizon: int = 100_000,
+        memory_limit: int | float | str | None = None,
+        alpha: float = 0.01,
+        investigate_steps: int | None = None,
+        verify_windows: int = 8,
+        overhead: float = 0.005,
+        summary_path: str | os.PathLike[str] | None = None,
+        plot_path: str | os.PathLike[str] | None = None,
+        verbose: bool = True,
+        rank: int = 0,
+    ) -> "Settings":
+        window = _int("window", window, minimum=1)
+        return cls(
+            remedies=remedy_registry.resolve(remedies),
+            warmup=_int("warmup", warmup, minimum=0),
+            window=window,
+            horizon=_int("horizon", horizon, minimum=1),
+            memory_limit=parse_bytes(memory_limit) if memory_limit is not None else None,
+            alpha=_probability("alpha", alpha),
+            investigate_steps=_int("investigate_steps", max(8, window) if investigate_steps is None else investigate_steps,
+                                   minimum=2),
+            verify_windows=_int("verify_windows", verify_windows, minimum=3),
+            overhead=_fraction("overhead", overhead),
+            summary_path=_writable("summary_path", summary_path),
+            plot_path=_writable("plot_path", plot_path),
+            verbose=_bool("verbose", verbose),
+            rank=_int("rank", rank, minimum=0),
+        )
+
+
+def _int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}={value!r}: expected an int >= {minimum}")
+    if value < minimum:
+        raise ValueError(f"{name}={value!r}: expected an int >= {minimum}")
+    return value
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}={value!r}: expected True or False")
+    return value
+
+
+def _probability(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 0.5:
+        raise ValueError(f"{name}={value!r}: expected a number between 0 and 0.5, e.g. 0.01")
+    return float(value)
+
+
+def _fraction(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"{name}={value!r}: expected a fraction of step time in (0, 1], e.g. 0.005")
+    return float(value)
+
+
+def parse_bytes(value: int | float | str) -> float:
+    """A memory size: bytes as a number, or a string such as '8GiB', '512 MB', '2g'."""
+    if isinstance(value, bool):
+        raise ValueError(f"memory_limit={value!r}: expected bytes (int) or a size such as '8GiB'")
+    if isinstance(value, (int, float)):
+        if value <= 0:
+            raise ValueError(f"memory_limit={value!r}: expected a positive size in bytes")
+        return float(value)
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in _UNITS or float(match.group(1)) <= 0:
+        raise ValueError(f"memory_limit={value!r}: expected bytes (int) or a size such as '8GiB', '512MB'; "
+                         f"units: {sorted(k for k in _UNITS if k)}")
+    return float(match.group(1)) * _UNITS[unit]
+
+
+def _writable(name: str, value: str | os.PathLike[str] | None) -> Path | None:
+    """A file path whose folder exists (created if missing) and is writable."""
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise ValueError(f"{name}={value!r}: expected a file path (str or os.PathLike) or None")
+    path = Path(value).expanduser()
+    if path.is_dir():
+        raise ValueError(f"{name}={str(path)!r} is a folder: expected a file path such as {str(path / 'leaks.json')!r}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"{name}={str(path)!r}: cannot create folder {str(path.parent)!r}: {err.strerror}") from None
+    try:
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as err:
+        raise ValueError(f"{name}={str(path)!r}: folder {str(path.parent)!r} is not writable: {err.strerror}") from None
+    return path

@@ -1,0 +1,263 @@
+"""The end-of-run report: findings, series, verdict; rendered as JSON (schema leakdoctor.summary/1),
+as a text table, and (with the [plot] extra) as a PNG via `leakdoctor.plot`."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "leakdoctor.summary/1"
+
+CAUSES: dict[str, str] = {
+    "lazy_graph": "a lazy computation graph chains across steps and is never evaluated",
+    "compile_cache": "a function is compiled or traced again every step",
+    "hook_accumulation": "hooks are registered repeatedly and never removed",
+    "retained_graph": "tensors that still hold their autograd graph are kept across steps",
+    "container_growth": "a list, dict or set keeps growing",
+    "python_objects": "Python objects accumulate",
+    "device_arrays": "arrays on the device accumulate",
+    "allocator_cache": "an allocator cache holds freed memory (not a leak)",
+    "dataloader_workers": "data-loading worker processes grow",
+    "native_memory": "native memory grows and nothing else explains it",
+}
+
+
+@dataclass
+class RemedyOutcome:
+    """What a remedy did and whether the growth stopped afterwards (None until verified)."""
+
+    name: str
+    applied_step: int
+    effective: bool | None = None
+    rate_after: float | None = None
+    detail: str = ""
+    error: str | None = None
+
+
+@dataclass
+class Finding:
+    """One diagnosed cause of growth. `reclaimed_by` names the cleanup that took the growth back (so the
+    matching remedy can repeat it); `subject` is what a remedy acts on and is never serialized."""
+
+    cause: str
+    metric: str
+    first_step: int
+    detected_step: int
+    rate_per_step: float
+    unit: str
+    location: str | None
+    evidence: str
+    recommendation: str
+    benign: bool = False
+    reclaimed_by: str | None = None
+    remedy: RemedyOutcome | None = None
+    explains: tuple[str, ...] = ()
+    subject: Any = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.cause not in CAUSES:
+            raise ValueError(f"unknown cause {self.cause!r}: expected one of {sorted(CAUSES)}")
+        if not self.explains:
+            self.explains = (self.metric,)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """Identity across investigations: the same cause at the same place is one finding."""
+        return self.cause, self.location or self.metric
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("subject", "remedy", "explains")}
+        data["remedy"] = asdict(self.remedy) if self.remedy else None
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Finding":
+        known = {f.name for f in fields(cls)} - {"subject", "remedy", "explains"}
+        remedy = data.get("remedy")
+        return cls(**{k: v for k, v in data.items() if k in known}, remedy=RemedyOutcome(**remedy) if remedy else None)
+
+
+@dataclass
+class SeriesSummary:
+    """One metric over the run. `points` is a bounded, decimated history for plots."""
+
+    unit: str
+    start: float
+    end: float
+    peak: float
+    slope_per_step: float
+    trend: str
+    points: list[tuple[int, float]] = field(default_factory=list)
+
+
+def verdict_of(findings: list[Finding]) -> str:
+    """clean: no leak; remedied: every leak had an effective remedy; leak: otherwise."""
+    leaks = [f for f in findings if not f.benign]
+    if not leaks:
+        return "clean"
+    return "remedied" if all(f.remedy and f.remedy.effective for f in leaks) else "leak"
+
+
+@dataclass
+class Summary:
+    """The leak summary of one run (or, with `ranks`, of all ranks of a distributed run)."""
+
+    framework: str
+    steps: int
+    series: dict[str, SeriesSummary]
+    findings: list[Finding]
+    projected_limit_step: int | None = None
+    overhead: dict[str, float] = field(default_factory=dict)
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+    rank: int = 0
+    version: str = ""
+
+    @property
+    def verdict(self) -> str:
+        return verdict_of(self.findings)
+
+    @property
+    def leaks(self) -> list[Finding]:
+        return [f for f in self.findings if not f.benign]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "version": self.version,
+            "framework": self.framework,
+            "rank": self.rank,
+            "steps": self.steps,
+            "verdict": self.verdict,
+            "series": {name: asdict(s) for name, s in self.series.items()},
+            "findings": [f.to_dict() for f in self.findings],
+            "projected_limit_step": self.projected_limit_step,
+            "overhead": dict(self.overhead),
+            "ranks": list(self.ranks),
+            "notes": list(self.notes),
+            "errors": list(self.errors),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=_jsonable)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Summary":
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"not a leakdoctor summary: schema {data.get('schema')!r}, expected {SCHEMA!r}")
+        series = {
+            name: SeriesSummary(**{**s, "points": [tuple(p) for p in s.get("points", [])]})
+            for name, s in data["series"].items()
+        }
+        return cls(
+            framework=data["framework"],
+            steps=data["steps"],
+            series=series,
+            findings=[Finding.from_dict(f) for f in data["findings"]],
+            projected_limit_step=data.get("projected_limit_step"),
+            overhead=data.get("overhead", {}),
+            ranks=data.get("ranks", []),
+            notes=data.get("notes", []),
+            errors=data.get("errors", []),
+            rank=data.get("rank", 0),
+            version=data.get("version", ""),
+        )
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> "Summary":
+        with open(path, encoding="utf-8") as fh:
+            return cls.from_dict(json.load(fh))
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        """Write the JSON atomically: a reader never sees half a file."""
+        write_atomic(Path(path), self.to_json() + "\n")
+
+    def text(self) -> str:
+        return render_text(self)
+
+    def plot(self, path: str | os.PathLike[str]) -> None:
+        from leakdoctor.plot import plot_summary
+
+        plot_summary(self, path)
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to a temporary file beside `path`, then rename it over `path`."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def format_value(value: float | None, unit: str) -> str:
+    """Human units: 1.5 MiB, 12 ms, 3.0."""
+    if value is None:
+        return "-"
+    if unit == "bytes":
+        magnitude = abs(value)
+        for suffix, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+            if magnitude >= size:
+                return f"{value / size:.1f} {suffix}"
+        return f"{value:.0f} B"
+    if unit == "seconds":
+        return f"{value * 1e3:.2f} ms"
+    return f"{value:g}" if abs(value) >= 0.01 or value == 0 else f"{value:.2e}"
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+
+
+def render_text(summary: Summary) -> str:
+    """The table printed at the end of a run."""
+    lines = [f"leakdoctor: {summary.framework}, {summary.steps} steps, verdict {summary.verdict.upper()}"]
+    rows = [["metric", "start", "end", "peak", "per step", "trend"]]
+    for name, s in summary.series.items():
+        rows.append([name] + [format_value(v, s.unit) for v in (s.start, s.end, s.peak, s.slope_per_step)] + [s.trend])
+    lines += _table(rows)
+    for f in summary.findings:
+        lines.append("")
+        kind = "benign" if f.benign else "LEAK"
+        lines.append(f"[{kind}] {f.cause} on {f.metric}: {format_value(f.rate_per_step, f.unit)}/step since step {f.first_step}")
+        if f.location:
+            lines.append(f"  where: {f.location}")
+        lines.append(f"  evidence: {f.evidence}")
+        lines.append(f"  fix: {f.recommendation}")
+        if f.remedy:
+            lines.append(f"  remedy: {_remedy_line(f.remedy, f.unit)}")
+    for r in summary.ranks:
+        lines.append(f"rank {r.get('rank')}: verdict {r.get('verdict')}, {len(r.get('findings', []))} finding(s)")
+    if summary.projected_limit_step is not None:
+        lines.append(f"\nprojected to reach the memory limit at step {summary.projected_limit_step}")
+    lines += [f"note: {n}" for n in summary.notes]
+    lines += [f"switched off: {e['part']}: {e['error']}" for e in summary.errors]
+    overhead = summary.overhead.get("fraction_of_step_time")
+    if overhead is not None:
+        lines.append(f"overhead: {overhead:.2%} of step time")
+    return "\n".join(lines)
+
+
+def _remedy_line(outcome: RemedyOutcome, unit: str) -> str:
+    if outcome.error:
+        return f"{outcome.name} failed at step {outcome.applied_step}: {outcome.error}"
+    state = {True: "effective", False: "INEFFECTIVE", None: "being verified"}[outcome.effective]
+    after = f", {format_value(outcome.rate_after, unit)}/step after" if outcome.rate_after is not None else ""
+    return f"{outcome.name} at step {outcome.applied_step}, {state}{after}"

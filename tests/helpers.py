@@ -1,0 +1,38 @@
+"""Test helpers. `isolated` runs a scenario in a fresh interpreter: memory readings then start from a
+clean heap, so memory freed by an earlier test cannot hide (or fake) the growth a test reproduces."""
+
+from __future__ import annotations
+
+import multiprocessing
+import traceback
+from typing import Any, Callable
+
+
+def _child(conn: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+    try:
+        conn.send(("ok", fn(*args, **kwargs)))
+    except BaseException:  # noqa: BLE001 - hand every failure back to the test
+        conn.send(("error", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+def isolated(fn: Callable[..., Any], *args: Any, timeout: float = 600, **kwargs: Any) -> Any:
+    """fn(*args, **kwargs) in a spawned, non-daemon process (it may start workers of its own); returns
+    its (picklable) result or raises with the child's traceback. `fn` must be importable by name."""
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    process = ctx.Process(target=_child, args=(child, fn, args, kwargs))
+    process.start()
+    child.close()
+    try:
+        if not parent.poll(timeout):
+            raise TimeoutError(f"{fn.__name__} did not finish within {timeout} s")
+        status, value = parent.recv()
+    finally:
+        process.join(10)
+        if process.is_alive():
+            process.kill()
+    if status == "error":
+        raise AssertionError(f"{fn.__name__} failed in its own process:\n{value}")
+    return value
