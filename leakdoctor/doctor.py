@@ -303,8 +303,9 @@ class LeakDoctor:
     def _investigate(self, suspects: dict[str, Any]) -> None:
         self._monitor.busy(suspects)
         self._investigations += 1
+        ladder = [c for c in self._cleanups if c.in_ladder]
         self._investigation = Investigation(suspects, self._step, self.settings.investigate_steps,
-                                            self._forensics, self._cleanups, self._read, self._guard)
+                                            self._forensics, ladder, self._read, self._guard)
 
     def _conclude(self) -> None:
         investigation, self._investigation = self._investigation, None
@@ -342,7 +343,7 @@ class LeakDoctor:
         return found
 
     def _context_for(self, finding: Finding) -> RemedyContext:
-        return RemedyContext(finding, self.targets, self._step, self._context, self._step_ema)
+        return RemedyContext(finding, self.targets, self._step, self._context, self._step_ema, self._cleanups)
 
     def _treat(self, finding: Finding) -> bool:
         """Start the first allowed, applicable remedy not yet tried on this finding."""

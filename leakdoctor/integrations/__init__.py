@@ -83,11 +83,15 @@ class Forensic(Protocol):
 class Cleanup:
     """One rung of the cleanup ladder: harmless to the numbers, may free memory (gc, cache clears).
     A `settle` cleanup (malloc_trim) hands freed memory back to the OS: it is a rung of its own first,
-    and also runs after every other rung, so each rung's drop in RSS is what that rung freed."""
+    and also runs after every other rung, so each rung's drop in RSS is what that rung freed.
+    Framework cache clears are named "clear_cache" (the clear_cache remedy repeats them); one too costly
+    for every investigation (jax.clear_caches recompiles everything) sets `in_ladder=False` and serves
+    only remedies, under a name of its own ("clear_compile_cache")."""
 
     name: str
     run: Callable[[], object]
     settle: bool = False
+    in_ladder: bool = True
 
 
 @dataclass(frozen=True)

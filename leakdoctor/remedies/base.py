@@ -7,23 +7,25 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from leakdoctor.detect import Trend
+from leakdoctor.integrations import Cleanup
 from leakdoctor.summary import Finding
 
 
 @dataclass
 class RemedyContext:
     """What a remedy may look at: the finding it treats, the objects the integrations expose (model,
-    optimizer, train state, ...), the current step, this step's keyword context and the typical
-    step time (for budgeting periodic work)."""
+    optimizer, train state, ...), the current step, this step's keyword context, the typical step
+    time (for budgeting periodic work) and the integrations' cleanups (for remedies that repeat one)."""
 
     finding: Finding
     targets: Mapping[str, Any]
     step: int = 0
     context: Mapping[str, Any] = field(default_factory=dict)
     step_seconds: float = 0.0
+    cleanups: Sequence[Cleanup] = ()
 
 
 class Remedy:
