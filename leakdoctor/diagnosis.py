@@ -15,17 +15,18 @@ from leakdoctor.guard import Guard
 from leakdoctor.integrations import MetricSpec, Rule
 from leakdoctor.summary import Finding, format_value
 
-#: Growth during the window must reach this fraction of what the suspicion's slope predicted.
-STILL_GROWING = 0.3
-#: After the cleanup ladder, this fraction of the window's growth must remain for it to be real.
-SURVIVES = 0.5
+#: Fraction of the growth the suspicion's slope predicts for the window that must be accounted for:
+#: still there after the cleanup ladder (a real leak), or taken back by one rung (named by it).
+ACCOUNTED = 0.5
 
 
 @dataclass
 class Ladder:
-    """Readings of every metric before and after each cleanup rung: [("before", {...}), (rung, {...})]."""
+    """Readings of every metric before and after each cleanup rung: [("before", {...}), (rung, {...})].
+    `settle` names the rungs (malloc_trim) that only hand already-freed memory back to the OS."""
 
     rungs: list[tuple[str, dict[str, float]]]
+    settle: frozenset[str] = frozenset()
 
     def before(self, metric: str) -> float | None:
         return self.rungs[0][1].get(metric)
@@ -42,7 +43,14 @@ class Ladder:
 
 @dataclass
 class Evidence:
-    """Everything one investigation saw, with the arithmetic rules share."""
+    """Everything one investigation saw, with the arithmetic rules share.
+
+    Single readings of resident memory are noisy (the C allocator keeps freed temporaries), so growth
+    is judged on cleaned levels: `residual` compares the level after the whole ladder at the end of the
+    window with the same at its start. A suspect that kept at least ACCOUNTED of its expected growth
+    `survives` (a leak); one whose growth a rung took back is `reclaimed_by` that rung (a specific rung
+    such as gc_collect or clear_cache first, the settle rung only when none explains it); anything
+    else is dismissed: the growth stopped, or was noise."""
 
     start_step: int
     end_step: int
@@ -57,30 +65,40 @@ class Evidence:
     def steps(self) -> int:
         return max(1, self.end_step - self.start_step)
 
-    def growth(self, metric: str) -> float:
-        """Growth during the window, from after the first cleanup to before the last."""
-        start, stop = self.begin.after(metric), self.end.before(metric)
-        return 0.0 if start is None or stop is None else stop - start
+    def expected(self, metric: str) -> float:
+        """Growth over the window that the suspicion's slope predicts."""
+        trend = self.suspects.get(metric)
+        return trend.slope * self.steps if trend else 0.0
 
     def residual(self, metric: str) -> float:
-        """Growth that is still there after the last cleanup."""
+        """Growth that is still there after the cleanup ladder, start to end of the window."""
         start, stop = self.begin.after(metric), self.end.after(metric)
         return 0.0 if start is None or stop is None else stop - start
 
-    def growing(self, metric: str) -> bool:
-        """Did a suspect keep growing during the window at a good part of its suspected rate?"""
-        trend = self.suspects.get(metric)
-        return trend is not None and self.growth(metric) > 0 and \
-            self.growth(metric) >= STILL_GROWING * trend.slope * self.steps
-
     def survives(self, metric: str) -> bool:
-        """Growing, and most of the growth survived the cleanup ladder: a real leak."""
-        return self.growing(metric) and self.residual(metric) >= SURVIVES * self.growth(metric)
+        """A suspect whose growth survived the cleanup ladder: a real leak."""
+        need = ACCOUNTED * self.expected(metric)
+        return need > 0 and self.residual(metric) >= need
 
     def reclaimed_by(self, metric: str) -> str | None:
-        """The cleanup rung that took back the most at the end of the window."""
-        drops = [d for d in self.end.drops(metric) if d[1] > 0]
-        return max(drops, key=lambda d: d[1])[0] if drops else None
+        """The rung that took the window's growth back (a specific rung before a settle rung)."""
+        need = ACCOUNTED * self.expected(metric)
+        if need <= 0 or self.survives(metric):
+            return None
+        drops = self.end.drops(metric)
+        ordered = [d for d in drops if d[0] not in self.end.settle] + [d for d in drops if d[0] in self.end.settle]
+        return next((name for name, drop in ordered if drop >= need), None)
+
+    def growing(self, metric: str) -> bool:
+        """Did a suspect really grow during the window (it survived, or a rung took it back)?"""
+        return self.survives(metric) or self.reclaimed_by(metric) is not None
+
+    def growth(self, metric: str) -> float:
+        """How much the metric grew during the window: what survived, or what its rung took back."""
+        if self.survives(metric):
+            return self.residual(metric)
+        rung = self.reclaimed_by(metric)
+        return dict(self.end.drops(metric)).get(rung, 0.0) if rung else 0.0
 
     @property
     def confirmed(self) -> list[str]:

@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from leakdoctor import __version__, remedies
-from leakdoctor.detect import classify, steps_to_limit, theil_sen
+from leakdoctor.detect import classify, is_material, steps_to_limit, theil_sen
 from leakdoctor.diagnosis import GENERIC_RULES, diagnose, unexplained_notes
 from leakdoctor.guard import Guard
 from leakdoctor.integrations import UNITS, Integration, MetricSpec, Probe, process, python
@@ -150,7 +150,7 @@ class LeakDoctor:
 
     def watch(self, name: str, gauge: Callable[[], float], unit: str = "count") -> None:
         """Track a user gauge every step, e.g. `doctor.watch("nodes", lambda: len(graph.nodes))`."""
-        if not isinstance(name, str) or not name or name in self._specs or name in self._monitor.series:
+        if not isinstance(name, str) or not name or name in self._specs or self._watchlist.has(name):
             raise ValueError(f"watch: name {name!r} must be a new, non-empty string")
         if not callable(gauge):
             raise ValueError(f"watch({name!r}): gauge must be a callable returning a number, got {gauge!r}")
@@ -171,9 +171,9 @@ class LeakDoctor:
     def step(self, **context: Any) -> None:
         """Call once at the end of every training step. Keyword arguments (this step's arrays, loss,
         state) are handed to remedies that need them, e.g. force_eval evaluates them."""
-        self._step += 1
         self._countdown -= 1
         if self._countdown > 0 and self._idle:
+            self._step += 1
             return
         self._work(context)
 
@@ -183,6 +183,7 @@ class LeakDoctor:
         if self._result is not None or "leakdoctor" in self._guard.off:
             self._idle = False
             return
+        self._step += 1
         self._context = context
         elsewhere = self._forensic_seconds + self._remedy_seconds
         sampled = self._investigation is not None or self._countdown <= 0
@@ -257,8 +258,10 @@ class LeakDoctor:
             readings[STEP_TIME] = user
             self._step_ema = user if not self._step_ema else 0.9 * self._step_ema + 0.1 * user
         completed = self._monitor.record(self._step, readings, self._specs.__getitem__)
-        if self._investigation is not None and self._investigation.due(self._step):
-            self._timed(self._conclude)
+        if self._investigation is not None:
+            self._timed(self._investigation.tick, self._step)
+            if self._investigation.due(self._step):
+                self._timed(self._conclude)
         self._verify()
         if self._investigation is None:
             suspects = {m: t for m, levels in completed.items() if (t := self._monitor.suspicion(m, levels))}
@@ -278,19 +281,21 @@ class LeakDoctor:
     def _read(self, due_only: bool = False) -> dict[str, float]:
         """Readings of every (due) probe. A probe that raises is switched off, once."""
         readings: dict[str, float] = {}
-        for scheduled in list(self._probes):
+        failed = []
+        for scheduled in self._probes:
             if due_only and not scheduled.due():
                 continue
             probe = scheduled.probe
             try:
-                values = probe.read()
-                for metric, value in values.items():
+                for metric, value in probe.read().items():
                     if metric not in self._specs:
                         self._specs[metric] = probe.spec(metric)
                     readings[metric] = value
             except Exception as err:  # noqa: BLE001 - a failing probe must not end the user's run
-                self._probes.remove(scheduled)
-                self._guard.disable(f"probe {probe.name}", f"{type(err).__name__}: {err}")
+                failed.append((scheduled, err))
+        for scheduled, err in failed:
+            self._probes.remove(scheduled)
+            self._guard.disable(f"probe {scheduled.probe.name}", f"{type(err).__name__}: {err}")
         return readings
 
     def _timed(self, fn: Callable[..., None], *args: Any) -> None:
@@ -469,7 +474,13 @@ class LeakDoctor:
             errors=list(self._guard.errors),
             rank=self.settings.rank,
             version=__version__,
+            settings=self._settings_record(),
         )
+
+    def _settings_record(self) -> dict[str, Any]:
+        st = self.settings
+        return {"remedies": list(st.remedies), "warmup": st.warmup, "window": st.window, "horizon": st.horizon,
+                "memory_limit": st.memory_limit, "sample_stride": self._sampler.stride}
 
     def _bare_summary(self) -> Summary:
         return Summary(self.framework, self._step, {}, list(self._findings), notes=list(self._notes),
@@ -480,9 +491,13 @@ class LeakDoctor:
         steps, values = series.history(since=self.settings.warmup)
         trend = classify(steps, values, self.settings.window, self.settings.alpha)
         slope = theil_sen(steps, values)[0] if len(values) >= 2 else 0.0
-        start = series.start if series.start is not None else (series.end or 0.0)
-        return SeriesSummary(series.spec.unit, start, series.end or 0.0, float(series.peak), slope,
-                             trend.kind, series.points)
+        end = series.end or 0.0
+        kind = trend.kind
+        if trend.growing and not is_material(series.spec.unit, trend.slope, end, self.settings.horizon,
+                                             series.spec.limit):
+            kind = "flat"
+        start = series.start if series.start is not None else end
+        return SeriesSummary(series.spec.unit, start, end, float(series.peak), slope, kind, series.points)
 
     def _projection(self, findings: list[Finding]) -> int | None:
         """The first step at which an unremedied leak is projected to reach its metric's limit."""

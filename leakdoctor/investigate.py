@@ -25,7 +25,7 @@ def run_ladder(cleanups: Sequence[Cleanup], read: Callable[[], Mapping[str, floa
         for step in [cleanup] + ([] if cleanup.settle else settle):
             guard.call(f"cleanup {step.name}", step.run)
         rungs.append((cleanup.name, dict(read())))
-    return Ladder(rungs)
+    return Ladder(rungs, frozenset(c.name for c in settle))
 
 
 class Investigation:
@@ -44,6 +44,13 @@ class Investigation:
 
     def due(self, step: int) -> bool:
         return step - self.start_step >= self.length
+
+    def tick(self, step: int) -> None:
+        """Called on every step of the window; the forensics take their baseline after the first."""
+        if step == self.start_step + 1:
+            for forensic in self._forensics:
+                if hasattr(forensic, "baseline"):
+                    self._guard.call(f"forensic {forensic.name}", forensic.baseline)
 
     def finish(self, step: int, trends: Mapping[str, Trend], specs: Mapping[str, MetricSpec]) -> Evidence:
         reports = self._stop(step)

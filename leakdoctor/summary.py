@@ -117,6 +117,7 @@ class Summary:
     errors: list[dict[str, str]] = field(default_factory=list)
     rank: int = 0
     version: str = ""
+    settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
@@ -141,6 +142,7 @@ class Summary:
             "ranks": list(self.ranks),
             "notes": list(self.notes),
             "errors": list(self.errors),
+            "settings": dict(self.settings),
         }
 
     def to_json(self) -> str:
@@ -166,6 +168,7 @@ class Summary:
             errors=data.get("errors", []),
             rank=data.get("rank", 0),
             version=data.get("version", ""),
+            settings=data.get("settings", {}),
         )
 
     @classmethod

@@ -70,7 +70,9 @@ class FunctionProbe:
 
 class Forensic(Protocol):
     """An expensive look that runs only during an investigation: `begin()`, some steps, `end()`.
-    `end` returns a report object that rules read from `Evidence.reports[name]`."""
+    `end` returns a report object that rules read from `Evidence.reports[name]`. A forensic may also
+    define `baseline()`, called after the first step of the window: a tracer started at `begin` sees
+    the step's own temporaries only from then on, so a baseline taken then cancels them out."""
 
     name: str
 

@@ -92,12 +92,17 @@ class Watchlist:
         self._objects[name] = (ref, include_private)
 
     def read(self) -> Mapping[str, float]:
-        values = {}
-        for name, gauge in list(self._gauges.items()):
-            value = self._guard.call(f"gauge {name!r}", gauge)
-            if value is not None:
-                values[name] = float(value)
-        for name, (ref, private) in list(self._objects.items()):
+        values: dict[str, float] = {}
+        failed = []
+        for name, gauge in self._gauges.items():
+            try:
+                values[name] = float(gauge())
+            except Exception as err:  # noqa: BLE001 - one bad gauge must not stop the others
+                failed.append((name, err))
+        for name, err in failed:
+            del self._gauges[name]
+            self._guard.disable(f"gauge {name!r}", f"{type(err).__name__}: {err}")
+        for name, (ref, private) in list(self._objects.items()) if self._objects else ():
             obj = ref()
             if obj is None:
                 del self._objects[name]
@@ -127,6 +132,9 @@ class Watchlist:
 
     def spec(self, metric: str) -> MetricSpec:
         return self._specs[metric]
+
+    def has(self, metric: str) -> bool:
+        return metric in self._specs
 
     def container(self, metric: str) -> Any:
         """The live container behind a `len(...)` metric, or None."""
@@ -189,7 +197,9 @@ class AllocationGrowth:
 
 
 class AllocationDiff:
-    """A tracemalloc snapshot diff over the window, grouped by the innermost frame of user code."""
+    """A tracemalloc snapshot diff over the window, grouped by the innermost frame of user code. Tracing
+    starts at `begin`; the baseline snapshot is retaken one step later, once the step's temporaries
+    have been allocated under tracing, so that only what accumulates shows in the diff."""
 
     name = "tracemalloc"
     frames = 16
@@ -202,6 +212,9 @@ class AllocationDiff:
         self._owned = not tracemalloc.is_tracing()
         if self._owned:
             tracemalloc.start(self.frames)
+        self._before = tracemalloc.take_snapshot()
+
+    def baseline(self) -> None:
         self._before = tracemalloc.take_snapshot()
 
     def end(self, steps: int) -> AllocationGrowth:

@@ -1,0 +1,58 @@
+"""Command line: `leakdoctor demo [--case NAME]` and `leakdoctor report leaks.json [--plot out.png]`.
+`report` exits 1 when the summary's verdict is "leak", so a CI job can gate on it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="leakdoctor", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="run a training loop with a planted leak and fix it")
+    demo.add_argument("--case", help="which demo (default: the first whose framework is installed)")
+    demo.add_argument("--steps", type=int, default=400)
+    demo.add_argument("--out", default=".", help="folder for leakdoctor-demo.json and .png")
+    demo.add_argument("--list", action="store_true", help="list the demo cases and exit")
+    report = commands.add_parser("report", help="print a saved summary (and plot it)")
+    report.add_argument("summary", help="a summary JSON written by leakdoctor")
+    report.add_argument("--plot", help="write a PNG of the series here")
+    args = parser.parse_args(argv)
+    return _demo(args) if args.command == "demo" else _report(args)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from leakdoctor import demo
+
+    if args.list:
+        available = demo.available()
+        for name, (description, module, _) in demo.CASES.items():
+            print(f"{name:16s} {'ready' if name in available else 'needs ' + module:14s} {description}")
+        return 0
+    try:
+        summary = demo.run(args.case, args.steps, args.out)
+    except (ValueError, RuntimeError) as err:
+        print(f"leakdoctor demo: {err}", file=sys.stderr)
+        return 2
+    return 0 if summary.verdict != "leak" else 1
+
+
+def _report(args: argparse.Namespace) -> int:
+    from leakdoctor.summary import Summary
+
+    try:
+        summary = Summary.load(args.summary)
+    except (OSError, ValueError, KeyError) as err:
+        print(f"leakdoctor report: cannot read {args.summary}: {err}", file=sys.stderr)
+        return 2
+    print(summary.text())
+    if args.plot:
+        summary.plot(args.plot)
+        print(f"plot written to {args.plot}")
+    return 1 if summary.verdict == "leak" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

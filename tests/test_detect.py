@@ -1,0 +1,88 @@
+"""The trend statistics on synthetic series (pure functions, no training loop)."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from leakdoctor.detect import (FLAT, GROWING, PLATEAU, assess, classify, is_material, mann_kendall, onset_index,
+                               steps_to_limit, theil_sen, window_minima)
+
+
+def brute_force_p(y):
+    """P(S >= s) over all orderings of y: the exact null distribution of Mann–Kendall."""
+    s = mann_kendall(y)[0]
+    count = total = 0
+    for perm in itertools.permutations(y):
+        total += 1
+        count += mann_kendall(perm)[0] >= s
+    return count / total
+
+
+@pytest.mark.parametrize("y", [[1, 2, 3, 4, 5, 6], [1, 3, 2, 4, 6, 5], [3, 1, 2, 6, 4, 5], [6, 5, 4, 3, 2, 1]])
+def test_mann_kendall_exact_matches_permutations(y):
+    assert mann_kendall(np.array(y, float))[1] == pytest.approx(brute_force_p(y))
+
+
+def test_mann_kendall_normal_approximation_with_ties():
+    rising = np.repeat(np.arange(10.0), 3)  # ties in every group of three
+    assert mann_kendall(rising)[1] < 1e-6
+    assert mann_kendall(rising[::-1])[1] == 1.0
+    assert mann_kendall(np.ones(30))[1] == 1.0
+
+
+def test_theil_sen_ignores_outliers():
+    x = np.arange(40.0)
+    y = 2 * x + 1
+    y[::5] += 500  # every fifth point is an outlier
+    slope, low, high = theil_sen(x, y)
+    assert slope == pytest.approx(2.0)
+    assert low <= slope <= high
+
+
+def test_onset_of_flat_then_linear():
+    y = np.r_[np.zeros(20), np.arange(1, 21) * 3.0]
+    assert onset_index(y) in (19, 20)
+    assert onset_index(np.arange(30.0)) == 0
+
+
+def test_window_minima_ignore_spikes():
+    steps = np.arange(60)
+    values = np.full(60, 100.0)
+    values[::10] = 1e6  # a spike every 10 steps
+    _, minima = window_minima(steps, values, 5)
+    assert np.all(minima == 100.0)
+
+
+def test_assess_growing_flat_and_noise():
+    rng = np.random.default_rng(1)
+    steps = np.arange(48) * 6
+    noise = rng.normal(0, 50e3, 48)
+    leak = assess(steps, 100e6 + 20e3 * steps + noise, alpha=0.01)
+    assert leak.kind == GROWING and leak.slope == pytest.approx(20e3, rel=0.2)
+    assert assess(steps, 100e6 + noise, alpha=0.01).kind == FLAT
+    assert assess(steps[:5], steps[:5] * 1.0, alpha=0.01).kind == FLAT  # too few windows to tell
+
+
+def test_classify_plateau():
+    steps = np.arange(600)
+    values = np.minimum(steps, 200) * 10e3 + 50e6  # a cache that fills, then stays
+    assert classify(steps, values, window=6, alpha=0.01).kind == PLATEAU
+    assert classify(steps, 50e6 + steps * 10e3, window=6, alpha=0.01).kind == GROWING
+
+
+def test_materiality():
+    gib = 2**30
+    assert is_material("bytes", 100e3, 1 * gib, horizon=100_000, limit=24 * gib)
+    assert not is_material("bytes", 1e3, 1 * gib, horizon=100_000, limit=24 * gib)
+    assert is_material("count", 1.0, 10, horizon=100_000, limit=None)
+    assert not is_material("count", 1e-5, 10, horizon=100_000, limit=None)
+    assert is_material("seconds", 1e-6, 1e-3, horizon=100_000, limit=None)
+
+
+def test_steps_to_limit():
+    assert steps_to_limit(1000.0, 10.0, 2000.0) == 100.0
+    assert steps_to_limit(1000.0, 0.0, 2000.0) is None
+    assert steps_to_limit(1000.0, 10.0, None) is None
+    assert math.isclose(steps_to_limit(3000.0, 10.0, 2000.0), 0.0)
