@@ -23,6 +23,8 @@ PLATEAU = "plateau"
 #: Window counts at which the most recent minima are tested, shortest first: a fast leak is seen at
 #: the first scale, a slow leak under noise at a longer one.
 SCALES = (6, 12, 24, 48)
+#: A growth must rise at least this many times the robust scatter of the minima around its line.
+MIN_SIGNAL_TO_NOISE = 4.0
 _EXACT_MAX_N = 12
 
 
@@ -141,11 +143,20 @@ def assess(steps: Sequence[int], minima: Sequence[float], alpha: float, scales: 
         _, p = mann_kendall(minima[-k:])
         if p < level:
             slope, low, high = theil_sen(steps[-k:], minima[-k:])
-            if slope > 0:
+            if slope > 0 and above_noise(steps[-k:], minima[-k:], slope):
                 return Trend(GROWING, slope, low, high, p, None, k)
     k = tested[-1]
     slope, low, high = theil_sen(steps[-k:], minima[-k:])
     return Trend(FLAT, slope, low, high, mann_kendall(minima[-k:])[1], None, k)
+
+
+def above_noise(steps: np.ndarray, minima: np.ndarray, slope: float) -> bool:
+    """Does the rise over the stretch stand out from the scatter around the fitted line? A chance
+    ordering of large noise can be significant; it does not rise MIN_SIGNAL_TO_NOISE times its MAD."""
+    residuals = minima - slope * steps
+    residuals -= np.median(residuals)
+    scatter = 1.4826 * float(np.median(np.abs(residuals)))
+    return slope * float(steps[-1] - steps[0]) >= MIN_SIGNAL_TO_NOISE * scatter
 
 
 def onset(steps: Sequence[int], minima: Sequence[float]) -> int:

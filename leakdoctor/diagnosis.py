@@ -7,7 +7,7 @@ framework rule is not reported again by a generic one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from leakdoctor.detect import Trend
@@ -22,11 +22,12 @@ ACCOUNTED = 0.5
 
 @dataclass
 class Ladder:
-    """Readings of every metric before and after each cleanup rung: [("before", {...}), (rung, {...})].
-    `settle` names the rungs (malloc_trim) that only hand already-freed memory back to the OS."""
+    """Readings of every metric before and after each cleanup rung: [("before", {...}), (rung, {...})],
+    taken at `step`. `settle` names the rungs (malloc_trim) that only hand already-freed memory back."""
 
     rungs: list[tuple[str, dict[str, float]]]
     settle: frozenset[str] = frozenset()
+    step: int = 0
 
     def before(self, metric: str) -> float | None:
         return self.rungs[0][1].get(metric)
@@ -47,10 +48,12 @@ class Evidence:
 
     Single readings of resident memory are noisy (the C allocator keeps freed temporaries), so growth
     is judged on cleaned levels: `residual` compares the level after the whole ladder at the end of the
-    window with the same at its start. A suspect that kept at least ACCOUNTED of its expected growth
+    window with the same at its start. A suspect that kept at least ACCOUNTED of its expected growth,
+    in each half of the window (a leak grows throughout; a working set of varying size does not),
     `survives` (a leak); one whose growth a rung took back is `reclaimed_by` that rung (a specific rung
     such as gc_collect or clear_cache first, the settle rung only when none explains it); anything
-    else is dismissed: the growth stopped, or was noise."""
+    else is dismissed: the growth stopped, or was noise. `remedies` are the remedies the user allows
+    (what can be done here); rules `note` what needs saying about a metric but is no finding."""
 
     start_step: int
     end_step: int
@@ -60,6 +63,9 @@ class Evidence:
     begin: Ladder
     end: Ladder
     reports: dict[str, Any]
+    remedies: tuple[str, ...] = ()
+    notes: dict[str, str] = field(default_factory=dict)
+    middle: Ladder | None = None
 
     @property
     def steps(self) -> int:
@@ -76,13 +82,20 @@ class Evidence:
         return 0.0 if start is None or stop is None else stop - start
 
     def survives(self, metric: str) -> bool:
-        """A suspect whose growth survived the cleanup ladder: a real leak."""
+        """A suspect whose growth survived the cleanup ladder, in both halves of the window: a leak."""
         need = ACCOUNTED * self.expected(metric)
-        return need > 0 and self.residual(metric) >= need
+        if need <= 0 or self.residual(metric) < need:
+            return False
+        middle = self.middle.after(metric) if self.middle else None
+        if middle is None:
+            return True
+        start, stop = self.begin.after(metric), self.end.after(metric)
+        return middle - start >= need / 2 and stop - middle >= need / 2  # type: ignore[operator]
 
     def reclaimed_by(self, metric: str) -> str | None:
-        """The rung that took the window's growth back (a specific rung before a settle rung)."""
-        need = ACCOUNTED * self.expected(metric)
+        """The rung that took back the growth since the previous ladder (a specific rung first)."""
+        previous = self.middle.step if self.middle else self.start_step
+        need = ACCOUNTED * self.expected(metric) * (self.end_step - previous) / self.steps
         if need <= 0 or self.survives(metric):
             return None
         drops = self.end.drops(metric)
@@ -118,6 +131,10 @@ class Evidence:
         return (f"{metric} grew {format_value(self.growth(metric), unit)} in {self.steps} steps "
                 f"({format_value(self.rate(metric), unit)}/step)")
 
+    def note(self, metric: str, text: str) -> None:
+        """Say something about a metric in the summary's notes, without a finding."""
+        self.notes[metric] = f"step {self.end_step}: {text}"
+
     def finding(self, cause: str, metric: str, *, evidence: str, recommendation: str,
                 location: str | None = None, **extra: Any) -> Finding:
         """A Finding for `metric` with onset, rate and unit filled in from this evidence."""
@@ -128,6 +145,7 @@ class Evidence:
             first_step=int(trend.onset_step) if trend and trend.onset_step is not None else self.start_step,
             detected_step=self.end_step,
             rate_per_step=self.rate(metric),
+            rate_interval=(trend.slope_low, trend.slope_high) if trend else None,
             unit=self.specs[metric].unit if metric in self.specs else "count",
             location=location,
             evidence=evidence,
@@ -146,15 +164,20 @@ def diagnose(evidence: Evidence, rules: Sequence[Rule], guard: Guard) -> list[Fi
 
 
 def allocator_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
-    """Growth of memory that a cleanup rung took back is held by an allocator cache: benign."""
+    """Growth of memory that a cleanup rung took back is held by an allocator cache: benign. The C
+    heap's own cache (only the settle rung took it back) is a note, and a finding only when its remedy
+    is allowed to act on it."""
     found = []
     for metric in ev.unexplained(accepted):
         rung = ev.reclaimed_by(metric)
         if ev.specs[metric].unit != "bytes" or ev.survives(metric) or rung is None:
             continue
+        evidence = f"{ev.describe(metric)}; {rung} took it back, so an allocator was caching freed memory"
+        if rung in ev.end.settle and rung not in ev.remedies:
+            ev.note(metric, f"{evidence}; not a leak")
+            continue
         found.append(ev.finding(
-            "allocator_cache", metric, benign=True, reclaimed_by=rung,
-            evidence=f"{ev.describe(metric)}; {rung} took it back, so an allocator was caching freed memory",
+            "allocator_cache", metric, benign=True, reclaimed_by=rung, evidence=evidence,
             recommendation=f"not a leak; if the cached memory is needed elsewhere, run {rung} periodically",
         ))
     return found
@@ -182,6 +205,7 @@ GENERIC_RULES = [Rule(60, allocator_cache), Rule(100, fallback)]
 
 
 def unexplained_notes(ev: Evidence, accepted: list[Finding]) -> list[str]:
-    """Confirmed growth that no rule turned into a finding, for the summary's notes."""
-    return [f"step {ev.end_step}: {ev.describe(m)}; no rule names a cause" for m in ev.unexplained(accepted)]
+    """What the rules noted, and confirmed growth that neither a finding nor a note accounts for."""
+    silent = [m for m in ev.unexplained(accepted) if m not in ev.notes]
+    return list(ev.notes.values()) + [f"step {ev.end_step}: {ev.describe(m)}; no rule names a cause" for m in silent]
 

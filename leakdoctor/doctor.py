@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
+import numpy as np
+
 from leakdoctor import __version__, remedies
 from leakdoctor.detect import classify, is_material, steps_to_limit, theil_sen
 from leakdoctor.diagnosis import GENERIC_RULES, diagnose, unexplained_notes
@@ -29,6 +31,8 @@ from leakdoctor.settings import Settings
 from leakdoctor.summary import Finding, RemedyOutcome, SeriesSummary, Summary, format_value
 
 STEP_TIME = "step_seconds"
+STEP_CPU = "step_cpu_seconds"
+STATE_SCHEMA = "leakdoctor.state/1"
 _MAX_STRIDE = 64
 
 
@@ -115,14 +119,16 @@ class LeakDoctor:
             summary_path=summary_path, plot_path=plot_path, verbose=verbose, rank=rank)
         self._guard = Guard()
         self._watchlist = python.Watchlist(self._guard)
-        parts = [process.integration(self.settings.memory_limit), python.integration(self._watchlist), *integrations]
+        parts = [process.integration(self.settings.memory_limit, self.settings.overhead),
+                 python.integration(self._watchlist), *integrations]
         self._probes = [_Scheduled(p) for part in parts for p in part.probes]
         self._forensics = [f for part in parts for f in part.forensics]
         self._cleanups = [c for part in parts for c in part.cleanups]
         self._rules = [r for part in parts for r in part.rules] + GENERIC_RULES
         self.targets: dict[str, Any] = {k: v for part in parts for k, v in part.targets.items()}
         self._monitor = Monitor(self.settings)
-        self._specs = {STEP_TIME: MetricSpec(STEP_TIME, "seconds", role="supporting", source="process")}
+        self._specs = {name: MetricSpec(name, "seconds", role="supporting", source="process")
+                       for name in (STEP_TIME, STEP_CPU)}
         self._investigation: Investigation | None = None
         self._investigations = 0
         self._findings: list[Finding] = []
@@ -142,6 +148,7 @@ class LeakDoctor:
         self._forensic_seconds = 0.0
         self._remedy_seconds = 0.0
         self._sample_end = time.perf_counter()
+        self._cpu_mark = time.process_time()
         self._result: Summary | None = None
         self._atexit = partial(_finish_at_exit, weakref.ref(self))
         atexit.register(self._atexit)
@@ -197,7 +204,7 @@ class LeakDoctor:
         end = time.perf_counter()
         self._probe_seconds += (end - start) - (self._forensic_seconds + self._remedy_seconds - elsewhere)
         if sampled:
-            self._sample_end, self._busy_since_sample = end, 0.0
+            self._sample_end, self._busy_since_sample, self._cpu_mark = end, 0.0, time.process_time()
         else:
             self._busy_since_sample += end - start
         self._idle = not self._treatments and self._investigation is None
@@ -214,8 +221,14 @@ class LeakDoctor:
         self._idle = False
         self._guard.call("finish", self._conclude_pending)
         summary = self._guard.call("summary", self._build_summary) or self._bare_summary()
+        summary = self._guard.call("complete summary", self._complete, summary, exception) or summary
         self._result = summary
         self._emit(summary)
+        return summary
+
+    def _complete(self, summary: Summary, exception: BaseException | None) -> Summary:
+        """The summary to write and print; a subclass adds what this process alone does not know (the
+        other ranks' findings of a distributed run)."""
         return summary
 
     @property
@@ -239,8 +252,27 @@ class LeakDoctor:
         """Remedies currently applied (being verified, or verified effective)."""
         return [t.remedy for t in self._treatments]
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to go on from this one (for checkpoints): the step count, findings and
+        notes. The series stay with this process."""
+        return {"schema": STATE_SCHEMA, "steps": self._step, "findings": [f.to_dict() for f in self._findings],
+                "notes": list(self._notes)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Go on from a `state_dict()`; call it before the first step. Steps count on from the saved ones,
+        and a new warm-up follows them, since this process's memory starts afresh."""
+        if self._step:
+            raise RuntimeError(f"load_state_dict: call it before the first step (this doctor is at step {self._step})")
+        if not isinstance(state, Mapping) or state.get("schema") != STATE_SCHEMA:
+            raise ValueError(f"load_state_dict: expected a dict from LeakDoctor.state_dict() (schema {STATE_SCHEMA!r})")
+        self._step = self._sampled_step = int(state["steps"])
+        self._findings = [Finding.from_dict(f) for f in state["findings"]]
+        self._notes = list(state["notes"])
+        self.settings = dataclasses.replace(self.settings, warmup=self.settings.warmup + self._step)
+        self._monitor.settings = self.settings
+
     def __enter__(self) -> "LeakDoctor":
-        self._sample_end = time.perf_counter()
+        self._sample_end, self._cpu_mark = time.perf_counter(), time.process_time()
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
@@ -251,12 +283,14 @@ class LeakDoctor:
 
     def _sample(self, start: float) -> None:
         """Read the due probes, record, and move the pipeline on (investigate, diagnose, verify)."""
-        user = self._account_user_time(start)
+        begin = time.perf_counter()  # the sample's cost leaves out the remedies that ran before it
+        investigating = self._investigation is not None
+        wall, cpu = self._account_user_time(start)
         forensic_before = self._forensic_seconds
         readings = self._read(due_only=True)
         if self._investigation is None:
-            readings[STEP_TIME] = user
-            self._step_ema = user if not self._step_ema else 0.9 * self._step_ema + 0.1 * user
+            readings[STEP_TIME], readings[STEP_CPU] = wall, cpu
+            self._step_ema = wall if not self._step_ema else 0.9 * self._step_ema + 0.1 * wall
         completed = self._monitor.record(self._step, readings, self._specs.__getitem__)
         if self._investigation is not None:
             self._timed(self._investigation.tick, self._step)
@@ -267,19 +301,23 @@ class LeakDoctor:
             suspects = {m: t for m, levels in completed.items() if (t := self._monitor.suspicion(m, levels))}
             if suspects:
                 self._timed(self._investigate, suspects)
-        cost = time.perf_counter() - start - (self._forensic_seconds - forensic_before)
-        self._countdown = self._sampler.update(cost, self._step_ema)
+        if not investigating:  # an investigation samples every step, and tracing makes those samples dear
+            cost = time.perf_counter() - begin - (self._forensic_seconds - forensic_before)
+            self._countdown = self._sampler.update(cost, self._step_ema)
 
-    def _account_user_time(self, now: float) -> float:
-        """Add the user's time since the last sample to the total; return it per step."""
+    def _account_user_time(self, now: float) -> tuple[float, float]:
+        """Add the user's time since the last sample to the total; return it per step, as wall time and
+        as this process's CPU time (which other processes on a busy machine do not inflate)."""
         steps = max(1, self._step - self._sampled_step)
         user = max(0.0, now - self._sample_end - self._busy_since_sample)
+        cpu = max(0.0, time.process_time() - self._cpu_mark - self._busy_since_sample)
         self._user_seconds += user
         self._sampled_step = self._step
-        return user / steps
+        return user / steps, cpu / steps
 
     def _read(self, due_only: bool = False) -> dict[str, float]:
-        """Readings of every (due) probe. A probe that raises is switched off, once."""
+        """Readings of every (due) probe; all of them fresh when not `due_only` (the cleanup ladder reads
+        `read_now` where a probe throttles itself). A probe that raises is switched off, once."""
         readings: dict[str, float] = {}
         failed = []
         for scheduled in self._probes:
@@ -287,7 +325,8 @@ class LeakDoctor:
                 continue
             probe = scheduled.probe
             try:
-                for metric, value in probe.read().items():
+                read = probe.read if due_only else getattr(probe, "read_now", probe.read)
+                for metric, value in read().items():
                     if metric not in self._specs:
                         self._specs[metric] = probe.spec(metric)
                     readings[metric] = value
@@ -315,7 +354,7 @@ class LeakDoctor:
     def _conclude(self) -> None:
         investigation, self._investigation = self._investigation, None
         assert investigation is not None
-        evidence = investigation.finish(self._step, self._monitor.trends(), self._specs)
+        evidence = investigation.finish(self._step, self._monitor.trends(), self._specs, self.settings.remedies)
         findings = diagnose(evidence, self._rules, self._guard)
         self._notes += unexplained_notes(evidence, findings)
         explained: set[str] = set()
@@ -446,7 +485,8 @@ class LeakDoctor:
                 until = copy.remedy.applied_step if copy.remedy else None
                 steps, values = series.history(since=finding.first_step - 1, until=until)
                 if len(values) >= 2 * self.settings.window:
-                    copy.rate_per_step = theil_sen(steps, values)[0]
+                    rate, low, high = theil_sen(steps, values)
+                    copy.rate_per_step, copy.rate_interval = rate, (low, high)
                 if copy.remedy is None and self._stopped(finding):
                     notes.append(f"{finding.metric} grew from step {finding.first_step} and stopped by "
                                  f"itself after step {finding.detected_step}: not a leak")
@@ -489,7 +529,9 @@ class LeakDoctor:
     def _series_summary(self, name: str) -> SeriesSummary:
         series = self._monitor.series[name]
         steps, values = series.history(since=self.settings.warmup)
-        trend = classify(steps, values, self.settings.window, self.settings.alpha)
+        gap = float(np.median(np.diff(steps))) if len(steps) > 1 else 1.0
+        points_per_window = max(1, round(self.settings.window / gap))  # windows are spans of steps
+        trend = classify(steps, values, points_per_window, self.settings.alpha)
         slope = theil_sen(steps, values)[0] if len(values) >= 2 else 0.0
         end = series.end or 0.0
         kind = trend.kind

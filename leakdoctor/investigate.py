@@ -1,8 +1,8 @@
 """One investigation: a bounded forensic window around suspected growth.
 
 begin: run the cleanup ladder (recording every metric after each rung), then start the forensics.
-After `length` steps, end: stop the forensics (in reverse order), run the ladder again, and hand the
-readings and reports to diagnosis as Evidence. Growth that survives the ladder is real; growth that one
+Halfway, run the ladder again. After `length` steps, end: stop the forensics (in reverse order), run
+the ladder a last time, and hand the readings and reports to diagnosis as Evidence. Growth that survives the ladder is real; growth that one
 rung took back names the remedy that repeats that rung.
 """
 
@@ -16,16 +16,17 @@ from leakdoctor.guard import Guard
 from leakdoctor.integrations import Cleanup, Forensic, MetricSpec
 
 
-def run_ladder(cleanups: Sequence[Cleanup], read: Callable[[], Mapping[str, float]], guard: Guard) -> Ladder:
+def run_ladder(cleanups: Sequence[Cleanup], read: Callable[[], Mapping[str, float]], guard: Guard,
+               step: int) -> Ladder:
     """Read every metric; then again after each settle cleanup, and after each other cleanup followed
     by the settle cleanups (so freed memory has left the process before it is measured)."""
     settle = [c for c in cleanups if c.settle]
     rungs = [("before", dict(read()))]
     for cleanup in settle + [c for c in cleanups if not c.settle]:
-        for step in [cleanup] + ([] if cleanup.settle else settle):
-            guard.call(f"cleanup {step.name}", step.run)
+        for action in [cleanup] + ([] if cleanup.settle else settle):
+            guard.call(f"cleanup {action.name}", action.run)
         rungs.append((cleanup.name, dict(read())))
-    return Ladder(rungs, frozenset(c.name for c in settle))
+    return Ladder(rungs, frozenset(c.name for c in settle), step)
 
 
 class Investigation:
@@ -38,7 +39,8 @@ class Investigation:
         self._cleanups = list(cleanups)
         self._read = read
         self._guard = guard
-        self._begin = run_ladder(self._cleanups, self._read, self._guard)
+        self._begin = run_ladder(self._cleanups, self._read, self._guard, start_step)
+        self._middle: Ladder | None = None
         for forensic in self._forensics:
             guard.call(f"forensic {forensic.name}", forensic.begin)
 
@@ -46,16 +48,21 @@ class Investigation:
         return step - self.start_step >= self.length
 
     def tick(self, step: int) -> None:
-        """Called on every step of the window; the forensics take their baseline after the first."""
+        """Called on every step of the window: the forensics take their baseline after the first step,
+        and the ladder runs once more halfway, so growth must hold in both halves of the window."""
         if step == self.start_step + 1:
             for forensic in self._forensics:
                 if hasattr(forensic, "baseline"):
                     self._guard.call(f"forensic {forensic.name}", forensic.baseline)
+        if step == self.start_step + self.length // 2:
+            self._middle = run_ladder(self._cleanups, self._read, self._guard, step)
 
-    def finish(self, step: int, trends: Mapping[str, Trend], specs: Mapping[str, MetricSpec]) -> Evidence:
+    def finish(self, step: int, trends: Mapping[str, Trend], specs: Mapping[str, MetricSpec],
+               remedies: tuple[str, ...]) -> Evidence:
         reports = self._stop(step)
-        end = run_ladder(self._cleanups, self._read, self._guard)
-        return Evidence(self.start_step, step, self.suspects, dict(trends), dict(specs), self._begin, end, reports)
+        end = run_ladder(self._cleanups, self._read, self._guard, step)
+        return Evidence(self.start_step, step, self.suspects, dict(trends), dict(specs), self._begin, end, reports,
+                        remedies, middle=self._middle)
 
     def abort(self, step: int) -> None:
         """Stop the forensics without a diagnosis (the run ended mid-window)."""

@@ -52,6 +52,7 @@ class Finding:
     location: str | None
     evidence: str
     recommendation: str
+    rate_interval: tuple[float, float] | None = None
     benign: bool = False
     reclaimed_by: str | None = None
     remedy: RemedyOutcome | None = None
@@ -78,7 +79,10 @@ class Finding:
     def from_dict(cls, data: dict[str, Any]) -> "Finding":
         known = {f.name for f in fields(cls)} - {"subject", "remedy", "explains"}
         remedy = data.get("remedy")
-        return cls(**{k: v for k, v in data.items() if k in known}, remedy=RemedyOutcome(**remedy) if remedy else None)
+        fields_ = {k: v for k, v in data.items() if k in known}
+        if fields_.get("rate_interval") is not None:
+            fields_["rate_interval"] = tuple(fields_["rate_interval"])
+        return cls(**fields_, remedy=RemedyOutcome(**remedy) if remedy else None)
 
 
 @dataclass
@@ -246,6 +250,11 @@ def render_text(summary: Summary) -> str:
         lines.append(f"  fix: {f.recommendation}")
         if f.remedy:
             lines.append(f"  remedy: {_remedy_line(f.remedy, f.unit)}")
+    for name, label in (("step_seconds", "step time"), ("step_cpu_seconds", "CPU time per step")):
+        step_time = summary.series.get(name)
+        if step_time is not None and step_time.trend == "growing" and step_time.start > 0:
+            lines.append(f"{label} rose from {format_value(step_time.start, 'seconds')} to "
+                         f"{format_value(step_time.end, 'seconds')} ({step_time.end / step_time.start - 1:+.0%})")
     for r in summary.ranks:
         lines.append(f"rank {r.get('rank')}: verdict {r.get('verdict')}, {len(r.get('findings', []))} finding(s)")
     if summary.projected_limit_step is not None:

@@ -42,8 +42,7 @@ def train(plant: str, steps: int = 400, **doctor_args: object) -> dict:
     cache: dict[int, np.ndarray] = {}
     nodes: list[object] = []
     losses = []
-    rss0 = LeakDoctor(verbose=False).readings  # nothing sampled yet
-    assert rss0 == {}
+    rng = np.random.default_rng(1)
     with LeakDoctor(verbose=False, **doctor_args) as doctor:
         doctor.watch("graph_nodes", lambda: len(nodes))
         doctor.watch_object(trainer, "trainer")
@@ -69,6 +68,8 @@ def train(plant: str, steps: int = 400, **doctor_args: object) -> dict:
                 trainer.history.append(h.copy())
             elif plant == "cycles":
                 StepRecord(h, loss)
+            elif plant == "noise":  # a buffer of random size lives until the next step
+                trainer.scratch = np.ones(int(rng.integers(1, 2_500_000)))
             doctor.step()
     return {"summary": doctor.summary.to_dict(), "losses": losses}
 
@@ -88,6 +89,8 @@ def test_a_growing_list_is_found_with_the_line_that_allocates_it():
     assert finding["cause"] == "python_objects" and finding["metric"] == "rss_bytes"
     assert finding["location"].endswith(f"{HERE.name}:{line_of('LEAK-LIST')}")
     assert finding["rate_per_step"] == pytest.approx(200_000, rel=0.25)
+    low, high = finding["rate_interval"]
+    assert low <= finding["rate_per_step"] <= high and high - low < finding["rate_per_step"]
     assert finding["first_step"] <= 60  # the leak runs from step 1; warm-up ends at 20
     assert result["summary"]["verdict"] == "leak"
     assert result["summary"]["series"]["rss_bytes"]["trend"] == "growing"
@@ -125,7 +128,7 @@ def test_a_watched_attribute_that_grows_is_named():
     assert "rss_bytes" not in {f["metric"] for f in leaks(result)}  # explained by the container
 
 
-@pytest.mark.parametrize("plant", ["none", "cache", "spike"])
+@pytest.mark.parametrize("plant", ["none", "cache", "spike", "noise"])
 def test_benign_loops_raise_nothing(plant):
     result = isolated(train, plant, steps=500)
     assert result["summary"]["findings"] == [], result["summary"]["findings"]
@@ -151,3 +154,31 @@ def test_remedies_off_leaves_the_losses_identical():
     with_doctor = train("list", steps=200)  # a leaking loop, so investigations really run
     assert with_doctor["summary"]["overhead"]["investigations"] >= 1
     assert with_doctor["losses"] == plain()
+
+
+def graph_with_a_walk(steps: int) -> dict:
+    """The Burn case: a graph that gains a node per step and is walked every step, so the step slows."""
+    nodes: list[list[float]] = []
+    x, y = data()
+    model = MLP()
+    with LeakDoctor(verbose=False) as doctor:
+        doctor.watch("graph_nodes", lambda: len(nodes))
+        for _ in range(steps):
+            model.step(x, y)
+            nodes.append([1.0] * 5000)  # LEAK-NODES
+            sum(sum(node) for node in nodes)  # a walk over every node: O(nodes) per step
+            doctor.step()
+    summary = doctor.summary
+    return {"summary": summary.to_dict(), "text": summary.text()}
+
+
+def test_a_growing_graph_slows_the_step_and_both_are_reported():
+    result = isolated(graph_with_a_walk, 500)
+    found = {f["metric"]: f for f in leaks(result)}
+    assert found["graph_nodes"]["cause"] == "container_growth"
+    assert set(found) <= {"graph_nodes", "rss_bytes"}  # the nodes also hold 40 KB a step
+    if "rss_bytes" in found:
+        assert found["rss_bytes"]["location"].endswith(f"{HERE.name}:{line_of('LEAK-NODES')}")
+    cpu = result["summary"]["series"]["step_cpu_seconds"]  # CPU time: what other load does not inflate
+    assert cpu["trend"] == "growing" and cpu["slope_per_step"] > 0 and cpu["end"] > cpu["start"]
+    assert "CPU time per step rose from" in result["text"]

@@ -31,7 +31,7 @@ def is_user_file(filename: str) -> bool:
     if filename.startswith("<"):
         return False
     path = os.path.abspath(filename)
-    if path.startswith(_PACKAGE + os.sep) and not path.startswith(_EXAMPLES + os.sep):
+    if _is_engine(path):
         return False
     if f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path:
         return False
@@ -239,17 +239,21 @@ class AllocationDiff:
 
 
 def _blame(traceback: tracemalloc.Traceback) -> tracemalloc.Frame | None:
-    """The innermost user frame; else the innermost frame outside leakdoctor's engine."""
+    """The innermost user frame; else the innermost frame. None for what leakdoctor's engine allocated
+    itself (an engine frame comes before any user frame), which would else be blamed on the user's line
+    that called doctor.step()."""
     frames = list(reversed(traceback))
     for frame in frames:
         if is_user_file(frame.filename):
             return frame
-    own = _PACKAGE + os.sep
-    for frame in frames:
-        path = os.path.abspath(frame.filename)
-        if not path.startswith(own) or path.startswith(_EXAMPLES + os.sep):
-            return frame
-    return None
+        if _is_engine(frame.filename):
+            return None
+    return frames[0] if frames else None
+
+
+def _is_engine(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    return path.startswith(_PACKAGE + os.sep) and not path.startswith(_EXAMPLES + os.sep)
 
 
 # --- rules ------------------------------------------------------------------------------------------
@@ -306,10 +310,12 @@ def container_rule(watchlist: Watchlist) -> Rule:
 
 
 def _step_time(ev: Evidence) -> str:
-    trend = ev.trends.get("step_seconds")
+    """'; step time rising ...' when the CPU time per step grows (the Burn case: a collection walked
+    every step)."""
+    trend = ev.trends.get("step_cpu_seconds")
     if trend is None or not trend.growing:
         return ""
-    return f"; step time rising by {format_value(trend.slope, 'seconds')}/step"
+    return f"; CPU time per step rising by {format_value(trend.slope, 'seconds')}/step"
 
 
 def garbage_cycles(ev: Evidence, accepted: list[Finding]) -> list[Finding]:

@@ -21,7 +21,9 @@ class ClearCache(Remedy):
         self._periodic = Periodic(self._run, budget=0.01)
 
     def applicable(self, ctx: RemedyContext) -> bool:
-        return super().applicable(ctx) and bool(self._matching(ctx))
+        # Clearing a cache frees memory; it cannot flatten a count (compiles per step), so a finding
+        # on a count metric is left to a remedy that removes the cause.
+        return super().applicable(ctx) and ctx.finding.unit == "bytes" and bool(self._matching(ctx))
 
     def apply(self, ctx: RemedyContext) -> str:
         self._clears = self._matching(ctx)
