@@ -92,10 +92,14 @@ class Evidence:
         start, stop = self.begin.after(metric), self.end.after(metric)
         return middle - start >= need / 2 and stop - middle >= need / 2  # type: ignore[operator]
 
+    @property
+    def last_span(self) -> int:
+        """Steps since the ladder before the last one (the span a rung's drop at the end covers)."""
+        return self.end_step - (self.middle.step if self.middle else self.start_step)
+
     def reclaimed_by(self, metric: str) -> str | None:
         """The rung that took back the growth since the previous ladder (a specific rung first)."""
-        previous = self.middle.step if self.middle else self.start_step
-        need = ACCOUNTED * self.expected(metric) * (self.end_step - previous) / self.steps
+        need = ACCOUNTED * self.expected(metric) * self.last_span / self.steps
         if need <= 0 or self.survives(metric):
             return None
         drops = self.end.drops(metric)
@@ -128,7 +132,8 @@ class Evidence:
     def describe(self, metric: str) -> str:
         """'rss_bytes grew 1.2 MiB in 10 steps (120.0 KiB/step)'."""
         unit = self.specs[metric].unit if metric in self.specs else "count"
-        return (f"{metric} grew {format_value(self.growth(metric), unit)} in {self.steps} steps "
+        steps = self.steps if self.survives(metric) else self.last_span
+        return (f"{metric} grew {format_value(self.growth(metric), unit)} in {steps} steps "
                 f"({format_value(self.rate(metric), unit)}/step)")
 
     def note(self, metric: str, text: str) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import math
 import sys
 import time
 import weakref
@@ -26,6 +25,7 @@ from leakdoctor.guard import Guard
 from leakdoctor.integrations import UNITS, Integration, MetricSpec, Probe, process, python
 from leakdoctor.investigate import Investigation
 from leakdoctor.monitor import Monitor
+from leakdoctor.pacing import Pacer
 from leakdoctor.remedies.base import Remedy, RemedyContext
 from leakdoctor.settings import Settings
 from leakdoctor.summary import Finding, RemedyOutcome, SeriesSummary, Summary, format_value
@@ -33,31 +33,6 @@ from leakdoctor.summary import Finding, RemedyOutcome, SeriesSummary, Summary, f
 STEP_TIME = "step_seconds"
 STEP_CPU = "step_cpu_seconds"
 STATE_SCHEMA = "leakdoctor.state/1"
-_MAX_STRIDE = 64
-
-
-class _Sampler:
-    """How many steps apart samples are: the stride that keeps sampling within `budget` of step time.
-    A sampled step runs cold (the training step evicted the caches), so its cost is measured, not
-    assumed. Between samples a step costs two counter updates."""
-
-    def __init__(self, budget: float) -> None:
-        self.budget = budget
-        self.stride = 1
-        self.cost = 0.0
-        self._samples = 0
-
-    def update(self, cost: float, step_seconds: float) -> int:
-        """Record one sample's cost; return the stride to the next sample."""
-        self._samples += 1
-        if self._samples == 2:  # the first sample pays one-time costs: start from the second
-            self.cost = cost
-        elif self._samples > 2:  # one slow sample (a context switch) cannot dominate the average
-            self.cost = 0.8 * self.cost + 0.2 * min(cost, 4 * self.cost)
-        if self.cost and step_seconds > 0:
-            wanted = math.ceil(self.cost / (self.budget * step_seconds))
-            self.stride = max(1, min(wanted, 2 * self.stride, _MAX_STRIDE))
-        return self.stride
 
 
 class _Scheduled:
@@ -137,7 +112,7 @@ class LeakDoctor:
         self._notes: list[str] = []
         self._step = 0
         self._context: Mapping[str, Any] = {}
-        self._sampler = _Sampler(budget=self.settings.overhead)
+        self._sampler = Pacer(budget=self.settings.overhead)  # sampled steps run cold: ~100 µs
         self._countdown = 1
         self._idle = True
         self._sampled_step = 0
@@ -520,7 +495,7 @@ class LeakDoctor:
     def _settings_record(self) -> dict[str, Any]:
         st = self.settings
         return {"remedies": list(st.remedies), "warmup": st.warmup, "window": st.window, "horizon": st.horizon,
-                "memory_limit": st.memory_limit, "sample_stride": self._sampler.stride}
+                "memory_limit": st.memory_limit, "sample_stride": self._sampler.every}
 
     def _bare_summary(self) -> Summary:
         return Summary(self.framework, self._step, {}, list(self._findings), notes=list(self._notes),

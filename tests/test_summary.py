@@ -99,6 +99,7 @@ def test_demo_finds_remedies_and_verifies(tmp_path):
     assert result["rc"] == 0, result["stderr"]
     data = json.loads((tmp_path / "leakdoctor-demo.json").read_text())
     assert data["verdict"] == "remedied"
+    assert len(data["findings"]) == 1, data["findings"]
     (finding,) = data["findings"]
     assert finding["remedy"]["name"] == "gc_collect" and finding["remedy"]["effective"]
     assert "numpy_cycles.py" in finding["location"]

@@ -4,13 +4,13 @@ user's loop because the doctor guards every call."""
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from leakdoctor.detect import Trend
 from leakdoctor.integrations import Cleanup
+from leakdoctor.pacing import Pacer
 from leakdoctor.summary import Finding
 
 
@@ -58,14 +58,16 @@ class Remedy:
 
 
 class Periodic:
-    """Runs `action` every n steps, n chosen so that the action costs at most `budget` of step time."""
+    """Runs `action` every n steps, n paced so that the action costs at most `budget` of step time."""
 
     def __init__(self, action: Callable[[], object], budget: float = 0.01, minimum: int = 1) -> None:
         self.action = action
-        self.budget = budget
-        self.minimum = minimum
-        self.every = minimum
+        self._pacer = Pacer(budget, minimum, maximum=1000)
         self._countdown = 0
+
+    @property
+    def every(self) -> int:
+        return self._pacer.every
 
     def tick(self, step_seconds: float) -> bool:
         """Count one step; run the action when due. Returns whether it ran."""
@@ -74,8 +76,5 @@ class Periodic:
             return False
         start = time.perf_counter()
         self.action()
-        cost = time.perf_counter() - start
-        if step_seconds > 0:
-            self.every = max(self.minimum, math.ceil(cost / (self.budget * step_seconds)))
-        self._countdown = self.every
+        self._countdown = self._pacer.update(time.perf_counter() - start, step_seconds)
         return True
