@@ -108,11 +108,11 @@ class LeakDoctor:
         self._investigations = 0
         self._findings: list[Finding] = []
         self._treatments: list[_Treatment] = []
-        self._tried: dict[tuple[str, str], set[str]] = {}
+        self._tried: dict[tuple[str, str, str | None], set[str]] = {}
         self._notes: list[str] = []
         self._step = 0
         self._context: Mapping[str, Any] = {}
-        self._sampler = Pacer(budget=self.settings.overhead)  # sampled steps run cold: ~100 µs
+        self._sampler = Pacer(budget=self.settings.overhead, maximum=256)  # sampled steps run cold: ~100 µs
         self._countdown = 1
         self._idle = True
         self._sampled_step = 0

@@ -66,9 +66,9 @@ class Finding:
             self.explains = (self.metric,)
 
     @property
-    def key(self) -> tuple[str, str]:
-        """Identity across investigations: the same cause at the same place is one finding."""
-        return self.cause, self.location or self.metric
+    def key(self) -> tuple[str, str, str | None]:
+        """Identity across investigations: the same cause on the same metric at the same place."""
+        return self.cause, self.metric, self.location
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("subject", "remedy", "explains")}

@@ -1,0 +1,52 @@
+"""The plain PyTorch loop doctor:
+
+    from leakdoctor.callbacks.torch import LeakDoctor
+    with LeakDoctor(model=model, optimizer=opt, remedies="safe", summary_path="leaks.json") as doctor:
+        for x, y in loader:
+            ...forward, backward, optimizer.step()...
+            doctor.step()
+
+The engine plus the PyTorch integration: device memory, the model's hooks, tensors that keep their
+autograd graph across steps, DataLoader workers; the model's list attributes are watched too. Under
+torch.distributed every rank measures itself, and `finish()` (on every rank) hands rank 0 one summary
+with every rank's findings (`ranks` in the JSON); only rank 0 writes a file and prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from leakdoctor import doctor, ranks
+from leakdoctor.integrations import torch as torch_integration
+from leakdoctor.summary import Summary
+
+
+class LeakDoctor(doctor.LeakDoctor):
+    """`LeakDoctor(model=..., optimizer=..., **options)`: both optional; `options` are those of
+    `leakdoctor.LeakDoctor` (remedies, summary_path, warmup, ...). `watch_model=False` stops counting the
+    model's list/dict attributes. The rank defaults to torch.distributed's."""
+
+    framework = "torch"
+
+    def __init__(self, *, model: Any = None, optimizer: Any = None, watch_model: bool = True, **options: Any) -> None:
+        if not isinstance(watch_model, bool):
+            raise ValueError(f"watch_model={watch_model!r}: expected True or False")
+        part = torch_integration.integration(model=model, optimizer=optimizer)
+        rank = torch_integration.distributed_rank()
+        if rank is not None:
+            options.setdefault("rank", rank)
+            if options["rank"] > 0:  # rank 0 writes the summary of every rank
+                options.update(summary_path=None, plot_path=None)
+        super().__init__(integrations=[part, *options.pop("integrations", ())], **options)
+        if model is not None and watch_model:
+            self.watch_object(torch_integration.unwrap(model))
+
+    def _complete(self, summary: Summary, exception: BaseException | None) -> Summary:
+        """Gather every rank's summary into rank 0's; not after an exception, when the other ranks may
+        never reach the collective."""
+        if exception is not None:
+            return summary
+        gathered = torch_integration.gather(summary.to_dict())
+        if gathered is None or self.settings.rank != 0:
+            return summary
+        return ranks.merge([Summary.from_dict(s) for s in gathered])

@@ -1,0 +1,47 @@
+"""One summary for a distributed run: rank 0's own summary, extended with the findings of every other
+rank (one per cause and place, however many ranks found it) and a `ranks` entry per rank. Pure: the
+gathering itself belongs to the framework (torch.distributed in integrations/torch.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+from leakdoctor.summary import Summary
+
+
+def rank_entry(summary: Summary) -> dict[str, Any]:
+    """What the merged summary keeps of one rank: its verdict, its findings and its series' ends and peaks."""
+    return {
+        "rank": summary.rank,
+        "steps": summary.steps,
+        "verdict": summary.verdict,
+        "findings": [f.to_dict() for f in summary.findings],
+        "series": {name: {"end": s.end, "peak": s.peak, "trend": s.trend} for name, s in summary.series.items()},
+        "overhead": summary.overhead.get("fraction_of_step_time", 0.0),
+        "errors": list(summary.errors),
+    }
+
+
+def merge(summaries: Sequence[Summary]) -> Summary:
+    """Rank 0's summary with every rank's findings and a `ranks` entry per rank (in rank order)."""
+    if not summaries:
+        raise ValueError("merge: no summaries")
+    ordered = sorted(summaries, key=lambda s: s.rank)
+    first = ordered[0]
+    findings, notes = list(first.findings), list(first.notes)
+    where = {f.key: f for f in findings}
+    for other in ordered[1:]:
+        for finding in other.findings:
+            if finding.key in where:
+                continue
+            where[finding.key] = finding
+            findings.append(finding)
+            notes.append(f"rank {other.rank}: {finding.cause} on {finding.metric} (not seen on rank {first.rank})")
+    projections = [s.projected_limit_step for s in ordered if s.projected_limit_step is not None]
+    return dataclasses.replace(
+        first, findings=findings, notes=notes, ranks=[rank_entry(s) for s in ordered],
+        projected_limit_step=min(projections) if projections else None,
+        errors=[{**e, "part": f"rank {s.rank}: {e['part']}"} if s.rank != first.rank else e
+                for s in ordered for e in s.errors],
+    )

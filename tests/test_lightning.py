@@ -1,0 +1,191 @@
+"""LeakDoctorCallback in real Lightning runs, each in a fresh process (tests/helpers.isolated): a clean fit
+that stays clean, unchanged and logged, and a LightningModule keeping its losses in `self.outputs`,
+resumed from a checkpoint. (test_lightning_pl.py: the pytorch_lightning import style and an exception;
+test_lightning_ddp.py: two DDP ranks.)"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import logging
+import pickle
+import warnings
+from pathlib import Path
+
+import lightning.pytorch as L
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import isolated
+from torch import nn
+
+STEPS = 320
+
+
+def quiet() -> None:
+    """Keep Lightning's start-up chatter out of the test output."""
+    warnings.filterwarnings("ignore")
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    torch.set_num_threads(1)
+
+
+def loader(steps: int, batch: int = 64) -> torch.utils.data.DataLoader:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(steps * batch, 64, generator=generator)
+    y = x[:, :1] * 0.5 + 0.1 * torch.randn(steps * batch, 1, generator=generator)
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=batch)
+
+
+def trainer_options(**options: object) -> dict:
+    return dict(accelerator="cpu", devices=1, enable_progress_bar=False, enable_model_summary=False,
+                enable_checkpointing=False, **options)
+
+
+class Regressor(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class LeakyRegressor(Regressor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.outputs = []
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.mse_loss(self.net(x), y)
+        self.outputs.append(loss)  # the leak: every loss kept with its graph, never cleared
+        return loss
+
+
+class LossRecorder(L.Callback):
+    def __init__(self) -> None:
+        self.losses = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.losses.append(float(outputs["loss"]))
+
+
+def finding(summary: dict, cause: str) -> dict:
+    found = [f for f in summary["findings"] if f["cause"] == cause]
+    assert found, f"no {cause}: {[(f['cause'], f['metric']) for f in summary['findings']]}; notes {summary['notes']}"
+    return found[0]
+
+
+# --- a clean fit ---------------------------------------------------------------------------------------
+
+def clean_fit(steps: int, folder: str) -> dict:
+    """The same fit with the callback (remedies off, CSV logger) and without; what each saw."""
+    quiet()
+    from lightning.pytorch.loggers import CSVLogger
+
+    from leakdoctor.callbacks.lightning import LeakDoctorCallback
+
+    result = {}
+    for watched in (True, False):
+        L.seed_everything(0, verbose=False)
+        recorder = LossRecorder()
+        callbacks = [recorder]
+        if watched:
+            doctor = LeakDoctorCallback(summary_path=Path(folder) / "leaks.json")
+            callbacks.append(doctor)
+        trainer = L.Trainer(max_steps=steps, log_every_n_steps=50, callbacks=callbacks,
+                            logger=CSVLogger(folder, name="run", version=int(watched)), **trainer_options())
+        printed = io.StringIO()
+        with contextlib.redirect_stderr(printed):
+            trainer.fit(Regressor(), loader(steps))
+        result["with" if watched else "without"] = recorder.losses
+        if watched:
+            result["printed"] = printed.getvalue()
+            result["steps"] = doctor.doctor.steps
+    result["summary"] = json.loads((Path(folder) / "leaks.json").read_text())
+    with open(Path(folder) / "run" / "version_1" / "metrics.csv") as fh:
+        result["logged"] = [{k: v for k, v in row.items() if v} for row in csv.DictReader(fh)]
+    return result
+
+
+def test_clean_fit_has_no_finding_identical_losses_and_logged_readings(tmp_path):
+    result = isolated(clean_fit, STEPS, str(tmp_path))
+    summary = result["summary"]
+    assert summary["framework"] == "lightning" and summary["steps"] == STEPS == result["steps"]
+    assert summary["verdict"] == "clean" and summary["findings"] == [], summary["findings"]
+    assert result["with"] == result["without"] and len(result["with"]) == STEPS
+    assert f"leakdoctor: lightning, {STEPS} steps, verdict CLEAN" in result["printed"]
+    logged = [row for row in result["logged"] if "leakdoctor/rss_bytes" in row]
+    assert [int(row["step"]) for row in logged] == list(range(50, STEPS + 1, 50))  # on logging steps only
+    assert all(float(row["leakdoctor/rss_bytes"]) > 0 and "leakdoctor/torch_hooks" in row for row in logged)
+
+
+# --- a module that keeps its losses, resumed from a checkpoint ---------------------------------------
+
+def outputs_kept(steps: int, folder: str) -> dict:
+    """Fit a module that appends its losses to self.outputs, save a checkpoint, resume it for as many
+    steps again with a new callback (the module's list starts empty again, and leaks again)."""
+    quiet()
+    from leakdoctor.callbacks.lightning import LeakDoctorCallback
+
+    L.seed_everything(0, verbose=False)
+    first = LeakDoctorCallback(remedies="all", verbose=False)
+    trainer = L.Trainer(max_steps=steps, callbacks=[first], logger=False, **trainer_options())
+    model = LeakyRegressor()
+    trainer.fit(model, loader(2 * steps))
+    checkpoint = Path(folder) / "run.ckpt"
+    trainer.save_checkpoint(checkpoint)
+    resumed = LeakDoctorCallback(remedies="all", verbose=False, summary_path=Path(folder) / "leaks.json")
+    trainer = L.Trainer(max_steps=2 * steps, callbacks=[resumed], logger=False, **trainer_options())
+    trainer.fit(LeakyRegressor(), loader(2 * steps), ckpt_path=checkpoint)
+    return {"first": first.summary.to_dict(), "resumed": json.loads((Path(folder) / "leaks.json").read_text()),
+            "training_step": LeakyRegressor.training_step.__code__.co_firstlineno}
+
+
+def test_losses_kept_in_module_outputs_are_named_and_kept_across_resume(tmp_path):
+    result = isolated(outputs_kept, 200, str(tmp_path))
+    found = finding(result["first"], "retained_graph")
+    assert found["metric"] == "len(LeakyRegressor.outputs)"
+    loss_line = result["training_step"] + 2
+    assert found["location"] == f"LeakyRegressor.outputs (tests/test_lightning.py:{loss_line})"
+    assert "grad_fn" in found["evidence"] and "held by LeakyRegressor.outputs" in found["evidence"]
+    assert "loss.detach() or loss.item()" in found["recommendation"]
+    assert found["first_step"] < found["detected_step"] < 200
+
+    resumed = result["resumed"]
+    assert resumed["steps"] == 400  # the count goes on from the checkpoint
+    again = [f for f in resumed["findings"] if f["cause"] == "retained_graph"]
+    assert len(again) == 1 and again[0]["location"] == found["location"]  # one finding, seen in both runs
+    assert again[0]["first_step"] == found["first_step"] and again[0]["detected_step"] > 200
+
+
+# --- construction ---------------------------------------------------------------------------------
+
+def test_bad_arguments_fail_at_construction():
+    from leakdoctor.callbacks.lightning import LeakDoctorCallback
+
+    with pytest.raises(ValueError, match="remedies"):
+        LeakDoctorCallback(remedies="most")
+    with pytest.raises(ValueError, match="window"):
+        LeakDoctorCallback(window=0)
+    with pytest.raises(ValueError, match="log_prefix"):
+        LeakDoctorCallback(log_prefix="")
+    with pytest.raises(ValueError, match="watch_module"):
+        LeakDoctorCallback(watch_module=None)
+
+
+def test_callback_is_a_lightning_callback():
+    from leakdoctor.callbacks.lightning import LeakDoctorCallback
+
+    assert issubclass(LeakDoctorCallback, L.Callback)
+    callback = LeakDoctorCallback(remedies="safe")
+    assert callback.state_key == "LeakDoctorCallback" and callback.summary is None
+    copy = pickle.loads(pickle.dumps(callback))  # as ddp_spawn sends it to its processes
+    assert type(copy) is LeakDoctorCallback and copy.state_dict() == {}
