@@ -1,0 +1,495 @@
+"""JAX knowledge: live arrays per platform, backend compiles, the forensics that name what keeps
+compiling and why, and the rules for compile_cache and device_arrays.
+
+A healthy JAX loop compiles during its first steps and then never again: every later call hits a cache.
+A loop that compiles on every step is leaking its compile caches (each compiled executable is kept):
+  * a jitted step re-traced because a Python value it depends on changes every step (a static
+    argument, a closure over a Python scalar): the tracing-cache misses say which function and why;
+  * an un-jitted `lax.cond` whose branches are closures made anew on every call (the old optax RAdam,
+    optax#969, jax#12719): each call traces the branches again and compiles a new `cond`. A jaxpr scan
+    of the optimizer's update finds those conds: traced twice, their branch jaxprs differ.
+Compiles are counted with a `jax.monitoring` listener on the backend-compile event (one process-wide
+listener, installed once); live arrays with `jax.live_arrays()`. `jax.clear_caches()` frees compiled
+executables, but it also throws away every healthy compilation, so it serves the clear_cache remedy
+only and never runs in the investigation's cleanup ladder.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
+
+from leakdoctor.diagnosis import Evidence
+from leakdoctor.integrations import Cleanup, FunctionProbe, Integration, MetricSpec, Rule
+from leakdoctor.integrations.python import short_path
+from leakdoctor.summary import Finding, format_value
+
+#: The event jax (0.4.30 and later, 0.10 included) records around every XLA backend compile.
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+COMPILES = "jax_compiles"
+RSS = "rss_bytes"
+_MISS_LOGGER = "jax._src.interpreters.partial_eval"
+
+
+def require() -> Any:
+    """The jax module, or an ImportError that says how to install it."""
+    try:
+        import jax
+    except ImportError as err:
+        raise ImportError("leakdoctor's JAX support needs jax: pip install leakdoctor[jax]") from err
+    return jax
+
+
+def live_bytes(platform: str) -> str:
+    return f"jax_live_bytes_{platform}"
+
+
+def live_count(platform: str) -> str:
+    return f"jax_live_arrays_{platform}"
+
+
+# --- backend compiles: one process-wide listener ------------------------------------------------------
+
+class _CompileListener:
+    """Counts backend compiles; while an investigation records, also by function name and time."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.recorders: list["CompileLog"] = []
+
+    def __call__(self, event: str, duration: float, **kwargs: Any) -> None:
+        if event != COMPILE_EVENT:
+            return
+        self.count += 1
+        for recorder in self.recorders:
+            recorder.record(str(kwargs.get("fun_name", "?")), duration)
+
+
+_listener: _CompileListener | None = None
+
+
+def compile_listener() -> _CompileListener:
+    """The process-wide compile counter, registered with jax.monitoring on first use."""
+    global _listener
+    if _listener is None:
+        require().monitoring.register_event_duration_secs_listener(listener := _CompileListener())
+        _listener = listener
+    return _listener
+
+
+def compile_probe() -> FunctionProbe:
+    """Backend compiles since the listener was installed: flat in a healthy loop after warm-up."""
+    listener = compile_listener()
+    spec = MetricSpec(COMPILES, "count", source="jax", where="jax backend compiles")
+    return FunctionProbe("jax_compiles", lambda: {COMPILES: float(listener.count)}, {COMPILES: spec})
+
+
+# --- live arrays ------------------------------------------------------------------------------------
+
+def _platforms() -> list[str]:
+    return sorted({d.platform for d in require().devices()})
+
+
+def _device_limit(platform: str) -> float | None:
+    """The allocator's limit on the first device of `platform` (GPU/TPU); None on CPU."""
+    stats = getattr(require().devices(platform)[0], "memory_stats", lambda: None)()
+    return float(stats["bytes_limit"]) if stats and "bytes_limit" in stats else None
+
+
+def live_array_probe() -> FunctionProbe:
+    """Count and bytes of the arrays alive on each platform (the backends' live_arrays). Sizes are
+    looked up by abstract value (`a.aval`, a cached attribute): ten times cheaper than `a.nbytes`."""
+    from jax.extend.backend import get_backend
+
+    backends = {p: get_backend(p) for p in _platforms()}
+    specs = {}
+    for p in backends:
+        where = f"jax.live_arrays({p!r})"
+        specs[live_bytes(p)] = MetricSpec(live_bytes(p), "bytes", limit=_device_limit(p), source="jax", where=where)
+        specs[live_count(p)] = MetricSpec(live_count(p), "count", source="jax", where=where)
+    sizes: dict[Any, int] = {}
+
+    def read() -> Mapping[str, float]:
+        values = {}
+        for p, backend in backends.items():
+            arrays = backend.live_arrays()
+            total = 0
+            for a in arrays:
+                size = sizes.get(a.aval)
+                if size is None:
+                    if len(sizes) > 4096:  # a program of ever-new shapes must not grow this cache
+                        sizes.clear()
+                    size = sizes[a.aval] = a.nbytes
+                total += size
+            values[live_count(p)] = float(len(arrays))
+            values[live_bytes(p)] = float(total)
+        return values
+
+    return FunctionProbe("jax_live_arrays", read, specs)
+
+
+# --- forensics --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CacheMiss:
+    """One tracing-cache miss as jax explains it (jax_explain_cache_misses)."""
+
+    function: str
+    defined_at: str | None
+    reason: str
+
+
+@dataclass
+class CompileActivity:
+    """What compiled during the window: {function: (count, seconds)} and the tracing-cache misses."""
+
+    functions: dict[str, tuple[int, float]]
+    misses: list[CacheMiss]
+
+    def top(self, n: int = 3) -> str:
+        ranked = sorted(self.functions.items(), key=lambda kv: -kv[1][0])[:n]
+        return ", ".join(f"{name} {count}x ({format_value(sec, 'seconds')})" for name, (count, sec) in ranked)
+
+    def most_compiled(self) -> str | None:
+        """The function compiled most often in the window ('jit(train_step)')."""
+        return max(self.functions, key=lambda f: self.functions[f][0]) if self.functions else None
+
+    def compiled(self, name: str) -> bool:
+        """Did a function called `name` (e.g. 'cond' for 'jit(cond)') compile?"""
+        return any(re.search(rf"\b{re.escape(name)}\b", f) for f in self.functions)
+
+    def repeated_miss(self) -> tuple[CacheMiss, int] | None:
+        """The user function that missed the tracing cache most often, with how often."""
+        counts = Counter((m.function, m.defined_at) for m in self.misses)
+        if not counts:
+            return None
+        (function, where), count = counts.most_common(1)[0]
+        last = next(m for m in reversed(self.misses) if (m.function, m.defined_at) == (function, where))
+        return last, count
+
+
+class _MissHandler(logging.Handler):
+    def __init__(self, misses: list[CacheMiss]) -> None:
+        super().__init__(logging.DEBUG)
+        self.misses = misses
+
+    def emit(self, record: logging.LogRecord) -> None:
+        miss = parse_cache_miss(record.getMessage())
+        if miss is not None:
+            self.misses.append(miss)
+
+
+def parse_cache_miss(message: str) -> CacheMiss | None:
+    """A CacheMiss from jax's 'TRACING CACHE MISS' explanation, else None."""
+    if "TRACING CACHE MISS" not in message:
+        return None
+    found = (re.search(r"never seen function:\s*(\S+) id=\d+(?: defined at (\S+))?", message)
+             or re.search(r"\bfor (\S+)(?: defined at (\S+))?\n", message))
+    if not found:
+        return None
+    function, where = found.group(1), found.group(2)
+    if "never seen function" in message:
+        reason = "a new function object on every call" + (
+            " (the same code is re-defined repeatedly)" if "re-defined repeatedly" in message else "")
+    else:
+        reason = message.split("closest previous key:", 1)[-1].strip()
+        reason = " ".join(reason.split())[:400]
+    return CacheMiss(function, _short_location(where) if where else None, reason)
+
+
+def _short_location(where: str) -> str:
+    """'/abs/path/train.py:16' as 'train.py:16' when the file lies under the working directory."""
+    path, _, line = where.rpartition(":")
+    return f"{short_path(path)}:{line}" if path and line.isdigit() else where
+
+
+class CompileLog:
+    """During the window: which functions compile (the listener, by name) and why jax traced them
+    again (jax_explain_cache_misses, captured from jax's logger instead of printed)."""
+
+    name = "jax_compiles"
+
+    def __init__(self) -> None:
+        self._functions: dict[str, list[float]] = {}
+        self._misses: list[CacheMiss] = []
+        self._handler: _MissHandler | None = None
+        self._restore: tuple[bool, bool] | None = None
+
+    def record(self, function: str, seconds: float) -> None:
+        entry = self._functions.setdefault(function, [0, 0.0])
+        entry[0] += 1
+        entry[1] += seconds
+
+    def begin(self) -> None:
+        jax = require()
+        self._functions, self._misses = {}, []
+        compile_listener().recorders.append(self)
+        logger = logging.getLogger(_MISS_LOGGER)
+        self._handler = _MissHandler(self._misses)
+        logger.addHandler(self._handler)
+        explaining = bool(jax.config.jax_explain_cache_misses)
+        self._restore = (explaining, logger.propagate)
+        if not explaining:  # switched on by us: capture quietly, print nothing
+            logger.propagate = False
+            jax.config.update("jax_explain_cache_misses", True)
+
+    def end(self, steps: int) -> CompileActivity:
+        listener = compile_listener()
+        if self in listener.recorders:
+            listener.recorders.remove(self)
+        logger = logging.getLogger(_MISS_LOGGER)
+        if self._handler is not None:
+            logger.removeHandler(self._handler)
+        if self._restore is not None:
+            explaining, propagate = self._restore
+            if not explaining:
+                require().config.update("jax_explain_cache_misses", False)
+                logger.propagate = propagate
+        self._handler, self._restore = None, None
+        return CompileActivity({k: (int(n), s) for k, (n, s) in self._functions.items()}, list(self._misses))
+
+
+@dataclass
+class ArrayGrowth:
+    """Live arrays gained during the window, by (platform, dtype[shape]): (count, bytes), most bytes first."""
+
+    rows: list[tuple[str, int, float]]
+
+    def top(self, n: int = 3) -> str:
+        return ", ".join(f"+{count} {kind} ({format_value(size, 'bytes')})" for kind, count, size in self.rows[:n])
+
+
+def _array_census() -> tuple[Counter[str], Counter[str]]:
+    """Live arrays by 'dtype[shape] on platform': how many, and how many bytes."""
+    jax = require()
+    counts: Counter[str] = Counter()
+    sizes: Counter[str] = Counter()
+    for p in _platforms():
+        for a in jax.live_arrays(p):
+            kind = f"{a.dtype}[{','.join(map(str, a.shape))}] on {p}"
+            counts[kind] += 1
+            sizes[kind] += a.nbytes
+    return counts, sizes
+
+
+class LiveArrayDiff:
+    """Live arrays by platform, dtype and shape at the start and end of the window: what accumulates."""
+
+    name = "jax_live_arrays"
+
+    def __init__(self) -> None:
+        self._before: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
+
+    def begin(self) -> None:
+        self._before = _array_census()
+
+    def end(self, steps: int) -> ArrayGrowth:
+        counts, sizes = _array_census()
+        counts.subtract(self._before[0])
+        sizes.subtract(self._before[1])
+        self._before = (Counter(), Counter())
+        rows = [(kind, n, float(sizes[kind])) for kind, n in counts.items() if n > 0]
+        return ArrayGrowth(sorted(rows, key=lambda r: -r[2]))
+
+
+@dataclass(frozen=True)
+class CondSite:
+    """A `lax.cond` in a traced function: where it is called, its branches, and whether its branches are
+    traced anew on every call (closures made per call: an un-jitted call compiles the cond again)."""
+
+    location: str
+    function: str
+    branches: tuple[str, ...]
+    retraced: bool
+
+    def describe(self) -> str:
+        return f"lax.cond at {self.location} ({self.function}; branches {', '.join(self.branches)})"
+
+
+@dataclass
+class OptimizerCall:
+    """An optimizer update to scan: the optax transformation and the arguments of one `update` call."""
+
+    transformation: Any
+    updates: Any
+    opt_state: Any
+    params: Any
+
+
+@dataclass
+class CondReport:
+    """The conds found in an optimizer's update; `transformation` is the scanned optax transformation."""
+
+    transformation: Any
+    sites: list[CondSite] = field(default_factory=list)
+
+    @property
+    def retraced(self) -> list[CondSite]:
+        return [s for s in self.sites if s.retraced]
+
+
+def _cond_eqns(jaxpr: Any) -> Iterator[Any]:
+    """Every cond equation in a jaxpr and its sub-jaxprs, in a fixed order."""
+    from jax.extend.core import jaxprs_in_params
+
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "cond":
+            yield eqn
+        for sub in jaxprs_in_params(eqn.params):
+            yield from _cond_eqns(sub)
+
+
+def _site_of(eqn: Any, other: Any | None) -> CondSite:
+    from jax.extend.source_info_util import summarize
+
+    text = summarize(eqn.source_info)  # 'path/file.py:35:18 (update_fn)'
+    found = re.match(r"(.*?):(\d+)(?::\d+)? \((.*)\)$", text)
+    location, function = (f"{short_path(found.group(1))}:{found.group(2)}", found.group(3)) if found else (text, "?")
+    branches = eqn.params["branches"]
+    names = tuple(_branch_name(b) for b in reversed(branches))  # true branch first, as written in lax.cond
+    retraced = other is None or any(a.jaxpr is not b.jaxpr for a, b in zip(branches, other.params["branches"]))
+    return CondSite(location, function, names, retraced)
+
+
+def _branch_name(branch: Any) -> str:
+    info = getattr(branch.jaxpr, "debug_info", None)
+    src = getattr(info, "func_src_info", None) or "?"
+    found = re.match(r"(.*) at (.*):(\d+)$", src)
+    return f"{found.group(1)} at {short_path(found.group(2))}:{found.group(3)}" if found else src
+
+
+def scan_conds(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[CondSite]:
+    """The conds in `fn(*args, **kwargs)`'s jaxpr (traced twice, abstractly: nothing runs or compiles).
+    A cond whose branch jaxprs differ between the two traces is re-traced on every call."""
+    jax = require()
+    first = jax.make_jaxpr(lambda *a, **k: fn(*a, **k))(*args, **kwargs)
+    second = jax.make_jaxpr(lambda *a, **k: fn(*a, **k))(*args, **kwargs)
+    a, b = list(_cond_eqns(first.jaxpr)), list(_cond_eqns(second.jaxpr))
+    if len(a) != len(b):
+        b = []
+    return [_site_of(eqn, b[i] if b else None) for i, eqn in enumerate(a)]
+
+
+class CondScan:
+    """At the end of a window in which something compiled, scans the optimizer update of the loop's
+    latest step for conds (two abstract traces of the update)."""
+
+    name = "jax_cond_scan"
+
+    def __init__(self, source: Callable[[], OptimizerCall | None]) -> None:
+        self._source = source
+        self._compiles = 0
+
+    def begin(self) -> None:
+        self._compiles = compile_listener().count
+
+    def end(self, steps: int) -> CondReport | None:
+        call = self._source() if compile_listener().count > self._compiles else None
+        if call is None:
+            return None
+        update = call.transformation.update
+        try:
+            sites = scan_conds(update, call.updates, call.opt_state, call.params)
+        except TypeError:  # an update that needs extra arguments (optax's *ExtraArgs): not scanned
+            return None
+        return CondReport(call.transformation, sites)
+
+
+# --- rules ------------------------------------------------------------------------------------------
+
+def _rss_part(ev: Evidence, accepted: list[Finding]) -> tuple[str, ...]:
+    return (RSS,) if RSS in ev.unexplained(accepted) else ()
+
+
+def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
+    """Backend compiles that keep happening after warm-up: name the function and, where known, why.
+
+    The optimizer's re-traced cond is reported on the compile count, which cond_to_where stops. Any other
+    cause is reported on resident memory when it grows (jax.clear_caches can bound it), placed where the
+    function is defined; else on the compile count, placed at the compiled function: a different place,
+    so compiles that go on after clear_cache bounded the memory are not taken for the memory coming back."""
+    if COMPILES not in ev.unexplained(accepted):
+        return []
+    activity: CompileActivity = ev.reports.get("jax_compiles") or CompileActivity({}, [])
+    conds: CondReport | None = ev.reports.get("jax_cond_scan")
+    rss = _rss_part(ev, accepted)
+    facts = ev.describe(COMPILES) + (f"; compiled in the window: {activity.top()}" if activity.functions else "") \
+        + (f"; {ev.describe(RSS)}, the compiled executables stay cached" if rss else "")
+    if conds and conds.retraced and activity.compiled("cond"):
+        site = conds.retraced[0]
+        return [ev.finding(
+            "compile_cache", COMPILES, location=site.location, subject=conds, explains=(COMPILES, *rss),
+            evidence=f"{facts}; the optimizer's {site.describe()} has branches that are new closures on every "
+                     f"call, so outside jax.jit every update traces and compiles the cond again",
+            recommendation="jit the update (jax.jit on the training step, or on tx.update), which compiles the "
+                           "cond once; or write its branches with jnp.where. remedies='all' applies "
+                           "cond_to_where: the optimizer's update with every cond turned into a select_n "
+                           "(same results, no compile per step)",
+        )]
+    metric = RSS if rss else COMPILES
+    compiled = activity.most_compiled()
+    repeated = activity.repeated_miss()
+    if repeated is not None:
+        miss, count = repeated
+        defined = miss.defined_at or miss.function
+        facts += f"; {miss.function} was traced again {count}x: {miss.reason}"
+        fix = (f"make {miss.function} trace once: pass values that change every step (a learning rate, a step "
+               f"count) as arrays (jnp.asarray(x)) instead of static arguments, Python scalars in closures or "
+               f"changing shapes; define it once, outside the loop")
+    else:
+        defined = compiled
+        fix = ("jit the training step once, keep shapes and static arguments fixed, and define jitted functions "
+               "outside the loop; jax.config.update('jax_explain_cache_misses', True) tells why jax traces again")
+    bound = ". remedies='safe' bounds the memory with jax.clear_caches() (clear_cache), at the price of " \
+            "compiling again" if metric == RSS else ""
+    return [ev.finding(
+        "compile_cache", metric, location=defined if metric == RSS else compiled, explains=(COMPILES, *rss),
+        evidence=facts, recommendation=fix + bound,
+    )]
+
+
+def live_arrays(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
+    """Arrays that accumulate on a platform (kept across steps) and survive gc: one finding per
+    platform, on its bytes if they grew, else on its count."""
+    found = []
+    growth: ArrayGrowth | None = ev.reports.get("jax_live_arrays")
+    open_metrics = ev.unexplained(accepted)
+    platforms = sorted({m.rsplit("_", 1)[-1] for m in open_metrics if m.startswith("jax_live_")})
+    for platform in platforms:
+        pair = (live_bytes(platform), live_count(platform))
+        metric = next((m for m in pair if m in open_metrics and ev.survives(m)), None)
+        if metric is None:
+            continue
+        explains: tuple[str, ...] = pair
+        if platform == "cpu" and RSS in open_metrics and ev.growth(pair[0]) >= 0.3 * ev.growth(RSS) > 0:
+            explains = (*pair, RSS)
+        kinds = f"; accumulating: {growth.top()}" if growth and growth.rows else ""
+        found.append(ev.finding(
+            "device_arrays", metric, explains=explains, location=f"jax.live_arrays({platform!r})",
+            evidence=f"{ev.describe(metric)}, survived gc.collect(){kinds}",
+            recommendation="arrays are kept from step to step (a list of losses or metrics as jax arrays, a "
+                           "dict of outputs, a growing cache): store Python floats (float(loss)) or a bounded "
+                           "history, and drop references to per-step outputs",
+        ))
+    return found
+
+
+# --- the integration --------------------------------------------------------------------------------
+
+def integration(optimizer: Callable[[], OptimizerCall | None] | None = None) -> Integration:
+    """JAX probes, forensics, the compile-cache clear and the JAX rules. `optimizer` returns the
+    optimizer update of the current step (or None) for the cond scan."""
+    jax = require()
+    forensics: list[Any] = [CompileLog(), LiveArrayDiff()]
+    if optimizer is not None:
+        forensics.append(CondScan(optimizer))
+    return Integration(
+        name="jax",
+        probes=[compile_probe(), live_array_probe()],
+        forensics=forensics,
+        cleanups=[Cleanup("clear_compile_cache", jax.clear_caches, in_ladder=False)],
+        rules=[Rule(20, compile_cache), Rule(30, live_arrays)],
+    )
