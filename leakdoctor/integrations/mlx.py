@@ -1,0 +1,471 @@
+"""MLX knowledge: allocator probes, the lazy-graph and compile forensics, the cache-clear rung, and the
+rules for MLX's three failure modes.
+
+MLX is lazy: an operation records a graph node and computes nothing until something is evaluated. So
+  * a loop that never evaluates the model and optimizer state chains every update onto the last: the
+    graph (native memory, RSS) grows while the allocator's active memory stays flat, and the whole
+    history is computed at once, in a spike, when something finally evaluates it (lazy_graph);
+  * a metric accumulated without evaluation (`total = total + loss`) keeps every step's inputs alive:
+    active memory and RSS grow (lazy_graph, named after the variable);
+  * the buffer cache keeps freed buffers for reuse; with varying shapes it keeps one of every size up
+    to the cache limit, so cache memory grows while active memory is flat (allocator_cache, benign);
+  * `mx.compile` traces a function again for every new input shape and keeps each graph
+    (compile_cache).
+MLX has no counter of compile traces. A cache hit runs no Python at all and a trace runs the
+function's Python body exactly once, so during an investigation a profile hook that counts entries into
+the compiled functions' code objects counts traces exactly. It costs about a microsecond per Python
+call, only for the investigation window; the always-on signal is resident memory growing while
+MLX's active memory stays flat and the model state is evaluated.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import linecache
+import os
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Callable, Iterator
+
+from leakdoctor.diagnosis import Evidence
+from leakdoctor.integrations import Cleanup, FunctionProbe, Integration, MetricSpec, Rule
+from leakdoctor.summary import Finding, format_value
+
+ACTIVE, CACHE, PEAK = "mlx_active_bytes", "mlx_cache_bytes", "mlx_peak_bytes"
+RSS = "rss_bytes"
+STATE = "model.parameters(), optimizer.state"
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_EXAMPLES = os.path.join(_PACKAGE, "examples")
+
+
+def core() -> Any:
+    """mlx.core, or an ImportError that says how to install it."""
+    try:
+        import mlx.core as mx
+    except ImportError as err:
+        raise ImportError("leakdoctor's MLX support needs mlx: pip install leakdoctor[mlx]") from err
+    return mx
+
+
+# --- cheap probe -----------------------------------------------------------------------------------
+
+def memory_probe(limit: float | None) -> FunctionProbe:
+    """Active, cache and peak memory of MLX's allocator: three counter reads, about a microsecond."""
+    mx = core()
+    active, cache, peak = mx.get_active_memory, mx.get_cache_memory, mx.get_peak_memory
+    limit = limit or float(mx.get_memory_limit())
+    specs = {
+        ACTIVE: MetricSpec(ACTIVE, "bytes", limit=limit, source="mlx", where="mx.get_active_memory()"),
+        CACHE: MetricSpec(CACHE, "bytes", limit=limit, source="mlx", where="mx.get_cache_memory()"),
+        PEAK: MetricSpec(PEAK, "bytes", role="supporting", limit=limit, source="mlx", where="mx.get_peak_memory()"),
+    }
+    return FunctionProbe("mlx_memory", lambda: {ACTIVE: float(active()), CACHE: float(cache()), PEAK: float(peak())},
+                         specs)
+
+
+# --- where the user's loop is ----------------------------------------------------------------------
+
+def caller_frame() -> Any:
+    """The innermost frame outside leakdoctor: the training loop that called doctor.step()."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_PACKAGE + os.sep) or path.startswith(_EXAMPLES + os.sep):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def loop_locals(frame: Any) -> dict[str, Any]:
+    """A copy of a frame's local variables that keeps nothing alive. Before Python 3.13 a function
+    frame's f_locals is a snapshot the frame keeps, with every object it names, until the next access:
+    it would hold one step's arrays (gradients, activations) for the whole window. So the snapshot is
+    emptied after the copy; module frames (f_locals is the namespace itself) and 3.13+ (a live view)
+    are left alone."""
+    f_locals = frame.f_locals
+    names = dict(f_locals)
+    if sys.version_info < (3, 13) and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
+        f_locals.clear()
+    return names
+
+
+@lru_cache(maxsize=32)
+def _parse(filename: str, size: int) -> ast.Module | None:
+    try:
+        return ast.parse("".join(linecache.getlines(filename)))
+    except (SyntaxError, ValueError):
+        return None
+
+
+def source_line(code: Any, wanted: Callable[[ast.AST], bool]) -> int | None:
+    """The first line inside `code`'s function (or module) where a node satisfies `wanted`."""
+    tree = _parse(code.co_filename, len(linecache.getlines(code.co_filename)))
+    if tree is None:
+        return None
+    lines = [line for _, _, line in code.co_lines() if line is not None]
+    first, last = code.co_firstlineno, max(lines, default=code.co_firstlineno)
+    hits = [n.lineno for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last and wanted(n)]
+    return min(hits) if hits else None
+
+
+def _key(name: str) -> str:
+    """The name an assignment to this variable mentions: `total`, `metrics` for metrics['loss'],
+    `total` for self.total."""
+    return name.split("[", 1)[0].split(".")[-1]
+
+
+def _updates(names: set[str]) -> Callable[[ast.AST], bool]:
+    """A call `<name>.update(...)` or `self.<name>.update(...)` for one of the optimizers' names."""
+    def wanted(node: ast.AST) -> bool:
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update"):
+            return False
+        owner = node.func.value
+        return (isinstance(owner, ast.Name) and owner.id in names) or \
+            (isinstance(owner, ast.Attribute) and owner.attr in names)
+
+    return wanted
+
+
+def _names_of(names: dict[str, Any], objects: tuple) -> set[str]:
+    """Names under which the loop holds these objects: its locals, and attributes of `self`."""
+    ids = {id(o) for o in objects}
+    scopes = (names, getattr(names.get("self"), "__dict__", {}))
+    return {name for scope in scopes for name, value in list(scope.items()) if id(value) in ids}
+
+
+def _accumulates(key: str) -> Callable[[ast.AST], bool]:
+    """An assignment to `key` (a variable, an item of it, or an attribute so named) that reads it too."""
+    def mentions(node: ast.AST) -> bool:
+        return any((isinstance(n, ast.Name) and n.id == key) or (isinstance(n, ast.Attribute) and n.attr == key)
+                   for n in ast.walk(node))
+
+    def wanted(node: ast.AST) -> bool:
+        if isinstance(node, ast.AugAssign):
+            return mentions(node.target)
+        if isinstance(node, ast.Assign):
+            return any(mentions(t) for t in node.targets) and mentions(node.value)
+        return False
+
+    return wanted
+
+
+def location(frame: Any, line: int | None) -> str:
+    from leakdoctor.integrations.python import short_path
+
+    return f"{short_path(frame.f_code.co_filename)}:{line or frame.f_lineno}"
+
+
+# --- forensic: lazy chains -------------------------------------------------------------------------
+
+def is_evaluated(*trees: Any) -> bool:
+    """Do all arrays in these trees hold data? Never evaluates anything."""
+    mx = core()
+    if hasattr(mx, "get_array_buffer_size"):  # recent MLX: a C++ walk that raises on a lazy array
+        try:
+            mx.get_array_buffer_size(*trees)
+            return True
+        except ValueError:
+            return False
+    return graph_edges(*trees) == 0
+
+
+def arrays_of(trees: list[Any]) -> list[Any]:
+    """The arrays in these trees (dicts, lists, modules), as a list."""
+    from mlx.utils import tree_flatten
+
+    array = core().array
+    return [v for tree in trees for _, v in tree_flatten(tree) if isinstance(v, array)]
+
+
+def graph_edges(*trees: Any) -> int:
+    """Edges of the unevaluated graph behind these arrays (export_to_dot walks it without computing)."""
+    sink = _EdgeCount()
+    core().export_to_dot(sink, *arrays_of(list(trees)))
+    return sink.edges
+
+
+class _EdgeCount:
+    """A file for export_to_dot that only counts the edges written to it."""
+
+    edges = 0
+
+    def write(self, text: str) -> None:
+        self.edges += text.count("->")
+
+
+@dataclass(frozen=True)
+class Chain:
+    """An unevaluated graph that chains across steps: the model and optimizer state (`holders`, which
+    force_eval evaluates), or a variable of the loop (`name`, graph size `edges`)."""
+
+    name: str
+    location: str
+    state: bool
+    edges: int | None = None
+    holders: tuple = field(default=(), compare=False, repr=False)
+
+
+def state_trees(holders: tuple) -> list[Any]:
+    """The arrays to evaluate for each holder: a module's parameters, an optimizer's state."""
+    trees = []
+    for obj in holders:
+        if callable(getattr(obj, "parameters", None)):
+            trees.append(obj.parameters())
+        elif hasattr(obj, "state"):
+            trees.append(obj.state)
+    return trees
+
+
+class LazyChains:
+    """Finds unevaluated graphs that chain across steps. The model and optimizer state: not evaluated
+    at the start of the window, still not one step later (so nothing in the loop evaluates it), and not
+    at the end. Otherwise the loop's array variables (locals, dict values, attributes of `self`): one
+    whose graph gained at least an edge per step of the window (`total = total + loss`,
+    `metrics[k] += v`). Variables are looked at only when the state is evaluated: a lazy state makes
+    everything computed from it lazy too. Arrays are held for one step at most, while the loop's own
+    graph holds them anyway, and graph sizes are counted, not kept."""
+
+    name = "mlx_lazy"
+    max_variables = 64
+
+    def __init__(self, model: Any = None, optimizer: Any = None) -> None:
+        self._given = tuple(o for o in (model, optimizer) if o is not None)
+        self._holders_seen: tuple = ()
+        self._held: list[Any] | None = None
+        self._lazy_state = False
+        self._variables: dict[str, int] = {}
+
+    def begin(self) -> None:
+        frame = caller_frame()
+        names = loop_locals(frame) if frame is not None else {}
+        self._holders_seen = self._holders(names)
+        trees = state_trees(self._holders_seen)
+        self._held = arrays_of(trees) if trees and not is_evaluated(*trees) else None  # a snapshot:
+        # optimizer.state is a dict the optimizer refills in place
+        self._lazy_state = False
+        self._variables = {} if self._held else \
+            {n: graph_edges(a) for n, a in self._arrays(names) if not is_evaluated(a)}
+
+    def baseline(self) -> None:
+        """One step after `begin`: had the loop evaluated the state it left unevaluated? Releases it."""
+        if self._held is not None:
+            self._lazy_state = not is_evaluated(*self._held)
+            self._held = None
+
+    def end(self, steps: int) -> list[Chain]:
+        self.baseline()  # if the window ended before its second step
+        frame = caller_frame()
+        holders, lazy_state, variables = self._holders_seen, self._lazy_state, self._variables
+        self._holders_seen, self._lazy_state, self._variables = (), False, {}
+        if frame is None:
+            return []
+        names = loop_locals(frame)
+        if lazy_state:
+            if is_evaluated(*state_trees(holders)):
+                return []
+            optimizers = tuple(h for h in holders if not callable(getattr(h, "parameters", None)))
+            line = source_line(frame.f_code, _updates(_names_of(names, optimizers)))
+            return [Chain(STATE, location(frame, line), True, holders=holders)]
+        current = dict(self._arrays(names))
+        chains = []
+        for name, before in variables.items():
+            now = current.get(name)
+            edges = graph_edges(now) if now is not None and not is_evaluated(now) else 0
+            if edges - before >= steps:
+                line = source_line(frame.f_code, _accumulates(_key(name)))
+                chains.append(Chain(name, location(frame, line), False, edges))
+        return sorted(chains, key=lambda c: -(c.edges or 0))
+
+    def _holders(self, names: dict[str, Any]) -> tuple:
+        """The model and optimizer given to the doctor, else those found among the loop's locals."""
+        if self._given:
+            return self._given
+        import mlx.nn as nn
+        import mlx.optimizers as optim
+
+        return tuple(v for v in names.values() if isinstance(v, (nn.Module, optim.Optimizer)))[:8]
+
+    def _arrays(self, names: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+        """Named arrays of the loop, one level deep; at most `max_variables`."""
+        array = core().array
+        count = 0
+        for name, value in names.items():
+            if isinstance(value, dict) and not callable(getattr(value, "parameters", None)):  # not a Module
+                items = ((f"{name}[{k!r}]", v) for k, v in value.items())
+            elif name == "self":
+                items = ((f"self.{k}", v) for k, v in getattr(value, "__dict__", {}).items())
+            else:
+                items = iter([(name, value)])
+            for label, item in items:
+                if isinstance(item, array):
+                    yield label, item
+                    count += 1
+                    if count >= self.max_variables:
+                        return
+
+
+# --- forensic: compile traces ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Traces:
+    """How often each compiled function was traced during the window, most first."""
+
+    rows: list[tuple[str, str, int]]  # (name, location, traces)
+
+
+class CompileTraces:
+    """Counts the traces of the loop's compiled functions (found among its locals, its globals and the
+    attributes of `self`) with a profile hook for the window. Skipped when a profiler is installed."""
+
+    name = "mlx_compile"
+
+    def __init__(self) -> None:
+        self._counts: dict[Any, int] = {}
+        self._hook: Callable[..., Any] | None = None
+
+    def begin(self) -> None:
+        frame = caller_frame()
+        codes = compiled_codes(loop_locals(frame), frame.f_globals) if frame is not None else set()
+        if not codes or sys.getprofile() is not None:
+            return
+        counts = self._counts = dict.fromkeys(codes, 0)
+
+        def hook(frame: Any, event: str, arg: Any) -> None:
+            if event == "call" and frame.f_code in counts:
+                counts[frame.f_code] += 1
+
+        self._hook = hook
+        sys.setprofile(hook)
+
+    def end(self, steps: int) -> Traces | None:
+        if self._hook is None:
+            return None
+        if sys.getprofile() is self._hook:
+            sys.setprofile(None)
+        from leakdoctor.integrations.python import short_path
+
+        counts, self._counts, self._hook = self._counts, {}, None
+        rows = [(c.co_name, f"{short_path(c.co_filename)}:{c.co_firstlineno}", n) for c, n in counts.items() if n]
+        return Traces(sorted(rows, key=lambda r: -r[2]))
+
+
+@lru_cache(maxsize=1)
+def _compiled_type() -> type:
+    return type(core().compile(_identity))
+
+
+def compiled_codes(names: dict[str, Any], module: dict[str, Any]) -> set[Any]:
+    """Code objects of the functions wrapped by mx.compile that the loop can reach by name: its locals,
+    its module's globals, the attributes of `self`."""
+    kind = _compiled_type()
+    found = set()
+    for scope in (names, module, getattr(names.get("self"), "__dict__", {})):
+        for value in list(scope.values()):
+            if isinstance(value, kind):
+                found.add(value.__code__)
+    return found
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+# --- rules -----------------------------------------------------------------------------------------
+
+def _active(ev: Evidence) -> str:
+    """What MLX's active memory did during the window, for the evidence."""
+    if ACTIVE in ev.confirmed:
+        return f"; MLX active memory grew too ({format_value(ev.growth(ACTIVE), 'bytes')})"
+    start, stop = ev.begin.after(ACTIVE), ev.end.before(ACTIVE)
+    if start is None or stop is None:
+        return ""
+    return f"; MLX active memory stayed flat ({format_value(stop - start, 'bytes')} in {ev.steps} steps)"
+
+
+def lazy_graph(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
+    """Growth while an unevaluated graph chains across steps (see LazyChains)."""
+    chains = ev.reports.get(LazyChains.name) or []
+    open_metrics = ev.unexplained(accepted)
+    if not chains:
+        return []
+    chain = chains[0]
+    order = (RSS, ACTIVE) if chain.state else (ACTIVE, RSS)
+    metric = next((m for m in order if m in open_metrics), None)
+    if metric is None:
+        return []
+    explains = tuple(m for m in (ACTIVE, RSS) if m in open_metrics)
+    if chain.state:
+        return [ev.finding(
+            "lazy_graph", metric, location=chain.location, explains=explains, subject=chain,
+            evidence=f"{ev.describe(metric)}" + (_active(ev) if metric == RSS else "")
+                     + f"; {STATE} were still not evaluated {ev.steps} steps later: every optimizer.update "
+                     f"chains onto a graph that is never computed, so the whole history stays in memory (and is "
+                     f"computed at once, in a spike, when something finally evaluates it)",
+            recommendation=f"evaluate the state after each update: mx.eval({STATE}) right after optimizer.update "
+                           f"(at {chain.location}); remedy force_eval does this when remedies='safe'",
+        )]
+    names = ", ".join(f"`{c.name}`" for c in chains)
+    expr, key = chain.name.split("[", 1)[0], _key(chain.name)
+    return [ev.finding(
+        "lazy_graph", metric, location=chain.location, explains=explains, subject=chain,
+        evidence=f"{ev.describe(metric)}; never evaluated and rebuilt from its previous value every step: "
+                 f"{names}; the graph ({chain.edges} edges behind `{chain.name}`) chains across steps and keeps "
+                 f"every step's inputs alive",
+        recommendation=f"evaluate `{chain.name}` every step, with the state: mx.eval({STATE}, {expr}), or "
+                       f"accumulate a Python number (.item()); or pass it to the doctor, doctor.step({key}={expr}), "
+                       f"and remedies='safe' evaluates it each step (force_eval)",
+    )]
+
+
+def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
+    """Growth while a compiled function is traced again and again (see CompileTraces): at least twice in
+    the window, so retracing recurs rather than following one new shape."""
+    traces = ev.reports.get(CompileTraces.name)
+    open_metrics = ev.unexplained(accepted)
+    metric = next((m for m in (RSS, ACTIVE) if m in open_metrics), None)
+    if traces is None or metric is None or not traces.rows or traces.rows[0][2] < 2:
+        return []
+    name, where, count = traces.rows[0]
+    return [ev.finding(
+        "compile_cache", metric, location=where,
+        evidence=f"{ev.describe(metric)}; the mx.compile'd function {name} was traced {count} times in "
+                 f"{ev.steps} steps: each call with an input shape, dtype or Python constant it has not seen "
+                 f"compiles a new graph, and MLX keeps every one in its compile cache",
+        recommendation=f"give {name} a few fixed shapes (pad or bucket the inputs), or compile it with "
+                       f"mx.compile(..., shapeless=True) if only dimension sizes change; never create compiled "
+                       f"functions inside the loop",
+    )]
+
+
+def buffer_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
+    """Cache memory (or the resident memory holding it) that mx.clear_cache() took back: MLX's buffer
+    cache holding freed buffers. The finding explains MLX's cache metric, which cap_cache looks for."""
+    cached = [m for m in (CACHE, RSS) if m in ev.unexplained(accepted) and ev.reclaimed_by(m) == "clear_cache"]
+    if not cached:
+        return []
+    metric = cached[0]
+    return [ev.finding(
+        "allocator_cache", metric, benign=True, reclaimed_by="clear_cache", explains=tuple(dict.fromkeys([*cached, CACHE])),
+        evidence=f"{ev.describe(metric)}{_active(ev)}; mx.clear_cache() took it back: MLX keeps freed buffers for "
+                 f"reuse and, when shapes vary, a buffer of every size it has seen, up to the cache limit",
+        recommendation="not a leak; if the memory is needed elsewhere, cap the cache with mx.set_cache_limit(bytes) "
+                       "(remedy cap_cache sets it from the measured working set) rather than calling "
+                       "mx.clear_cache() every step, which slows fixed-shape training",
+    )]
+
+
+def integration(model: Any = None, optimizer: Any = None, limit: float | None = None) -> Integration:
+    """MLX probes, forensics, the cache-clear rung and rules. `limit` (bytes) overrides
+    mx.get_memory_limit() as the limit of MLX's memory series."""
+    mx = core()
+    targets = {k: v for k, v in (("model", model), ("optimizer", optimizer)) if v is not None}
+    return Integration(
+        name="mlx",
+        probes=[memory_probe(limit)],
+        forensics=[LazyChains(model, optimizer), CompileTraces()],
+        cleanups=[Cleanup("clear_cache", mx.clear_cache)],
+        rules=[Rule(20, lazy_graph), Rule(25, compile_cache), Rule(30, buffer_cache)],
+        targets=targets,
+    )
