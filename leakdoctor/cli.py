@@ -13,7 +13,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run a training loop with a planted leak and fix it")
     demo.add_argument("--case", help="which demo (default: the first whose framework is installed)")
-    demo.add_argument("--steps", type=int, default=400)
+    demo.add_argument("--steps", type=int, help="training steps (default: the case's own)")
     demo.add_argument("--out", default=".", help="folder for leakdoctor-demo.json and .png")
     demo.add_argument("--list", action="store_true", help="list the demo cases and exit")
     report = commands.add_parser("report", help="print a saved summary (and plot it)")
@@ -28,7 +28,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     if args.list:
         available = demo.available()
-        for name, (description, module, _) in demo.CASES.items():
+        for name, (description, module) in demo.CASES.items():
             print(f"{name:16s} {'ready' if name in available else 'needs ' + module:14s} {description}")
         return 0
     try:

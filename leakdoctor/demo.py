@@ -1,33 +1,25 @@
 """`leakdoctor demo`: a real training loop with a planted leak, detected, remedied and verified, with
-the summary printed (and written, and plotted when matplotlib is installed)."""
+the summary printed (and written, and plotted when matplotlib is installed). Each case lives in
+leakdoctor/examples/ and builds its doctor exactly as a user would."""
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Callable
 
 from leakdoctor.summary import Summary
 
-
-def _numpy_cycles(steps: int, **doctor_args: object) -> Summary:
-    from leakdoctor import LeakDoctor
-    from leakdoctor.examples import numpy_cycles
-
-    with LeakDoctor(remedies=numpy_cycles.REMEDIES, **doctor_args) as doctor:
-        numpy_cycles.run(doctor.step, steps)
-    return doctor.summary
-
-
-#: name -> (what it shows, module it needs, runner); `demo` runs the first whose framework is installed.
-CASES: dict[str, tuple[str, str, Callable[..., Summary]]] = {
-    "numpy-cycles": ("reference cycles piling up with gc disabled, fixed by gc_collect", "numpy", _numpy_cycles),
+#: name -> (what it shows, the framework it needs); `demo` runs the first one that is installed.
+CASES: dict[str, tuple[str, str]] = {
+    "mlx-lazy": ("MLX state never evaluated: the lazy graph chains across steps; force_eval fixes it", "mlx"),
+    "torch-hooks": ("a forward hook registered every step; remove_hooks drops the repeats", "torch"),
+    "numpy-cycles": ("reference cycles piling up with gc disabled; gc_collect fixes it", "numpy"),
 }
 
 
 def available() -> list[str]:
     found = []
-    for name, (_, module, _) in CASES.items():
+    for name, (_, module) in CASES.items():
         try:
             importlib.import_module(module)
         except ImportError:
@@ -36,7 +28,7 @@ def available() -> list[str]:
     return found
 
 
-def run(case: str | None = None, steps: int = 400, out: str | Path = ".") -> Summary:
+def run(case: str | None = None, steps: int | None = None, out: str | Path = ".") -> Summary:
     """Run one demo case (default: the first available) and write its summary (and plot) to `out`."""
     names = available()
     if case is None:
@@ -48,10 +40,11 @@ def run(case: str | None = None, steps: int = 400, out: str | Path = ".") -> Sum
     if case not in names:
         raise RuntimeError(f"demo case {case!r} needs {CASES[case][1]!r}: install leakdoctor's matching extra")
     out = Path(out)
-    description, _, runner = CASES[case]
-    print(f"leakdoctor demo: {case}: {description}\n", flush=True)
+    print(f"leakdoctor demo: {case}: {CASES[case][0]}\n", flush=True)
+    example = importlib.import_module(f"leakdoctor.examples.{case.replace('-', '_')}")
     plot = out / "leakdoctor-demo.png" if _has_matplotlib() else None
-    return runner(steps, summary_path=out / "leakdoctor-demo.json", plot_path=plot)
+    extra = {"steps": steps} if steps else {}
+    return example.train(summary_path=out / "leakdoctor-demo.json", plot_path=plot, **extra)
 
 
 def _has_matplotlib() -> bool:

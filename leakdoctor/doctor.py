@@ -418,6 +418,10 @@ class LeakDoctor:
         outcome = finding.remedy
         assert outcome is not None
         after = self._monitor.trend_since(finding.metric, treatment.since)
+        series = self._monitor.series[finding.metric]
+        if after.growing and not is_material(series.spec.unit, after.slope, series.end or 0.0, self.settings.horizon,
+                                             series.spec.limit):
+            after = dataclasses.replace(after, kind="flat")  # what is left is too small to be a leak
         worked = bool(self._guard.call(f"remedy {remedy.name}", remedy.worked, finding.rate_per_step, after,
                                        default=False))
         outcome.effective, outcome.rate_after = worked, after.slope
@@ -529,12 +533,15 @@ class LeakDoctor:
         return min(steps) if steps else None
 
     def _overhead(self) -> dict[str, float]:
+        """The doctor's monitoring time against the whole step: the user's code plus the remedies, whose
+        time is the step's work done for it (force_eval evaluates what the step left lazy)."""
+        step_time = self._user_seconds + self._remedy_seconds
         return {
             "probe_seconds": self._probe_seconds,
             "forensic_seconds": self._forensic_seconds,
             "remedy_seconds": self._remedy_seconds,
             "step_seconds": self._user_seconds,
-            "fraction_of_step_time": self._probe_seconds / self._user_seconds if self._user_seconds else 0.0,
+            "fraction_of_step_time": self._probe_seconds / step_time if step_time else 0.0,
             "investigations": self._investigations,
         }
 

@@ -88,20 +88,33 @@ def test_report_command(tmp_path, capsys):
     assert main(["report", str(tmp_path / "missing.json")]) == 2
 
 
-def run_demo(out: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "leakdoctor.cli", "demo", "--case", "numpy-cycles", "--out", out],
+def run_demo(case: str, out: str) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "leakdoctor.cli", "demo", "--case", case, "--out", out],
                           capture_output=True, text=True, timeout=600)
     return {"rc": proc.returncode, "stderr": proc.stderr}
 
 
-def test_demo_finds_remedies_and_verifies(tmp_path):
-    result = run_demo(str(tmp_path))
+@pytest.mark.parametrize(("case", "remedy", "example"), [
+    ("mlx-lazy", "force_eval", "mlx_lazy.py"),
+    ("torch-hooks", "remove_hooks", "torch_hooks.py"),
+    ("numpy-cycles", "gc_collect", "numpy_cycles.py"),
+])
+def test_demo_finds_remedies_and_verifies(tmp_path, case, remedy, example):
+    result = run_demo(case, str(tmp_path))
     assert result["rc"] == 0, result["stderr"]
     data = json.loads((tmp_path / "leakdoctor-demo.json").read_text())
     assert data["verdict"] == "remedied"
-    assert len(data["findings"]) == 1, data["findings"]
-    (finding,) = data["findings"]
-    assert finding["remedy"]["name"] == "gc_collect" and finding["remedy"]["effective"]
-    assert "numpy_cycles.py" in finding["location"]
+    leaks = [f for f in data["findings"] if not f["benign"]]
+    assert len(leaks) == 1, data["findings"]
+    (finding,) = leaks
+    assert finding["remedy"]["name"] == remedy and finding["remedy"]["effective"]
+    assert example in finding["location"]
     assert (tmp_path / "leakdoctor-demo.png").exists()
-    assert "applied gc_collect" in result["stderr"] and "verdict REMEDIED" in result["stderr"]
+    assert f"applied {remedy}" in result["stderr"] and "verdict REMEDIED" in result["stderr"]
+
+
+def test_demo_default_is_the_first_installed_case():
+    from leakdoctor import demo
+
+    assert demo.available()[0] == "mlx-lazy"  # every framework is installed in the dev set
+    assert main(["demo", "--case", "nonesuch"]) == 2

@@ -6,12 +6,9 @@ periodic gc.collect() (leakdoctor's gc_collect remedy) takes it back."""
 from __future__ import annotations
 
 import gc
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
-
-REMEDIES = "safe"
-
 
 class StepRecord:
     def __init__(self, activations: np.ndarray, loss: float) -> None:
@@ -60,3 +57,12 @@ def run(step_hook: Callable[[], None], steps: int = 400, seed: int = 0) -> list[
         if enabled:
             gc.enable()
     return losses
+
+
+def train(steps: int = 400, **doctor_args: Any):
+    """Train under leakdoctor with the safe remedies; return its summary."""
+    from leakdoctor import LeakDoctor
+
+    with LeakDoctor(remedies="safe", **doctor_args) as doctor:
+        run(doctor.step, steps)
+    return doctor.summary
