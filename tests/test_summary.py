@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from helpers import isolated
 
 from leakdoctor import Finding, Summary
 from leakdoctor.cli import main

@@ -301,7 +301,7 @@ def container_rule(watchlist: Watchlist) -> Rule:
             found.append(ev.finding(
                 "container_growth", metric, location=spec.where, explains=tuple(explains), subject=container,
                 evidence=f"{ev.describe(metric)}" + (f", about {format_value(held, 'bytes')} of new items"
-                                                     if held else "") + _step_time(ev) + _where_allocated(ev),
+                                                     if held else "") + step_time_note(ev) + _where_allocated(ev),
                 recommendation=f"bound or clear {name} (clear it at epoch end, keep a fixed-size deque, or store summaries instead of objects)",
             ))
         return found
@@ -309,7 +309,7 @@ def container_rule(watchlist: Watchlist) -> Rule:
     return Rule(50, container_growth)
 
 
-def _step_time(ev: Evidence) -> str:
+def step_time_note(ev: Evidence) -> str:
     """'; step time rising ...' when the CPU time per step grows (the Burn case: a collection walked
     every step)."""
     trend = ev.trends.get("step_cpu_seconds")

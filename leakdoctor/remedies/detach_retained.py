@@ -10,7 +10,7 @@ from collections import deque
 from itertools import islice
 from typing import Any
 
-from leakdoctor.integrations.torch import Holder
+from leakdoctor.integrations.torch_graphs import Holder
 from leakdoctor.remedies.base import Remedy, RemedyContext
 
 
