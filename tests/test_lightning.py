@@ -136,13 +136,15 @@ def outputs_kept(steps: int, folder: str) -> dict:
     from leakdoctor.callbacks.lightning import LeakDoctorCallback
 
     L.seed_everything(0, verbose=False)
-    first = LeakDoctorCallback(remedies="all", verbose=False)
+    # overhead=1.0: sample every step. This test is about naming and resuming, not pacing; at the default
+    # 0.5% budget a 2 ms step is sampled every ~30 steps on a fast machine, too rarely for 200 steps.
+    first = LeakDoctorCallback(remedies="all", verbose=False, overhead=1.0)
     trainer = L.Trainer(max_steps=steps, callbacks=[first], logger=False, **trainer_options())
     model = LeakyRegressor()
     trainer.fit(model, loader(2 * steps))
     checkpoint = Path(folder) / "run.ckpt"
     trainer.save_checkpoint(checkpoint)
-    resumed = LeakDoctorCallback(remedies="all", verbose=False, summary_path=Path(folder) / "leaks.json")
+    resumed = LeakDoctorCallback(remedies="all", verbose=False, overhead=1.0, summary_path=Path(folder) / "leaks.json")
     trainer = L.Trainer(max_steps=2 * steps, callbacks=[resumed], logger=False, **trainer_options())
     trainer.fit(LeakyRegressor(), loader(2 * steps), ckpt_path=checkpoint)
     return {"first": first.summary.to_dict(), "resumed": json.loads((Path(folder) / "leaks.json").read_text()),

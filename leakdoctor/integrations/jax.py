@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from leakdoctor.diagnosis import Evidence
 from leakdoctor.integrations import Cleanup, FunctionProbe, Integration, MetricSpec, Rule
-from leakdoctor.integrations.python import short_path
+from leakdoctor.integrations.source import short_path
 from leakdoctor.summary import Finding, format_value
 
 #: The event jax (0.4.30 and later, 0.10 included) records around every XLA backend compile.

@@ -21,9 +21,6 @@ MLX's active memory stays flat and the model state is evaluated.
 from __future__ import annotations
 
 import ast
-import inspect
-import linecache
-import os
 import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -31,13 +28,12 @@ from typing import Any, Callable, Iterator
 
 from leakdoctor.diagnosis import Evidence
 from leakdoctor.integrations import Cleanup, FunctionProbe, Integration, MetricSpec, Rule
+from leakdoctor.integrations.source import caller_frame, frame_locals, frame_location, short_path, source_line
 from leakdoctor.summary import Finding, format_value
 
 ACTIVE, CACHE, PEAK = "mlx_active_bytes", "mlx_cache_bytes", "mlx_peak_bytes"
 RSS = "rss_bytes"
 STATE = "model.parameters(), optimizer.state"
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_EXAMPLES = os.path.join(_PACKAGE, "examples")
 
 
 def core() -> Any:
@@ -66,49 +62,6 @@ def memory_probe(limit: float | None) -> FunctionProbe:
 
 
 # --- where the user's loop is ----------------------------------------------------------------------
-
-def caller_frame() -> Any:
-    """The innermost frame outside leakdoctor: the training loop that called doctor.step()."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(_PACKAGE + os.sep) or path.startswith(_EXAMPLES + os.sep):
-            return frame
-        frame = frame.f_back
-    return None
-
-
-def loop_locals(frame: Any) -> dict[str, Any]:
-    """A copy of a frame's local variables that keeps nothing alive. Before Python 3.13 a function
-    frame's f_locals is a snapshot the frame keeps, with every object it names, until the next access:
-    it would hold one step's arrays (gradients, activations) for the whole window. So the snapshot is
-    emptied after the copy; module frames (f_locals is the namespace itself) and 3.13+ (a live view)
-    are left alone."""
-    f_locals = frame.f_locals
-    names = dict(f_locals)
-    if sys.version_info < (3, 13) and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
-        f_locals.clear()
-    return names
-
-
-@lru_cache(maxsize=32)
-def _parse(filename: str, size: int) -> ast.Module | None:
-    try:
-        return ast.parse("".join(linecache.getlines(filename)))
-    except (SyntaxError, ValueError):
-        return None
-
-
-def source_line(code: Any, wanted: Callable[[ast.AST], bool]) -> int | None:
-    """The first line inside `code`'s function (or module) where a node satisfies `wanted`."""
-    tree = _parse(code.co_filename, len(linecache.getlines(code.co_filename)))
-    if tree is None:
-        return None
-    lines = [line for _, _, line in code.co_lines() if line is not None]
-    first, last = code.co_firstlineno, max(lines, default=code.co_firstlineno)
-    hits = [n.lineno for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last and wanted(n)]
-    return min(hits) if hits else None
-
 
 def _key(name: str) -> str:
     """The name an assignment to this variable mentions: `total`, `metrics` for metrics['loss'],
@@ -149,12 +102,6 @@ def _accumulates(key: str) -> Callable[[ast.AST], bool]:
         return False
 
     return wanted
-
-
-def location(frame: Any, line: int | None) -> str:
-    from leakdoctor.integrations.python import short_path
-
-    return f"{short_path(frame.f_code.co_filename)}:{line or frame.f_lineno}"
 
 
 # --- forensic: lazy chains -------------------------------------------------------------------------
@@ -239,7 +186,7 @@ class LazyChains:
 
     def begin(self) -> None:
         frame = caller_frame()
-        names = loop_locals(frame) if frame is not None else {}
+        names = frame_locals(frame) if frame is not None else {}
         self._holders_seen = self._holders(names)
         trees = state_trees(self._holders_seen)
         self._held = arrays_of(trees) if trees and not is_evaluated(*trees) else None  # a snapshot:
@@ -261,13 +208,13 @@ class LazyChains:
         self._holders_seen, self._lazy_state, self._variables = (), False, {}
         if frame is None:
             return []
-        names = loop_locals(frame)
+        names = frame_locals(frame)
         if lazy_state:
             if is_evaluated(*state_trees(holders)):
                 return []
             optimizers = tuple(h for h in holders if not callable(getattr(h, "parameters", None)))
             line = source_line(frame.f_code, _updates(_names_of(names, optimizers)))
-            return [Chain(STATE, location(frame, line), True, holders=holders)]
+            return [Chain(STATE, frame_location(frame, line), True, holders=holders)]
         current = dict(self._arrays(names))
         chains = []
         for name, before in variables.items():
@@ -275,7 +222,7 @@ class LazyChains:
             edges = graph_edges(now) if now is not None and not is_evaluated(now) else 0
             if edges - before >= steps:
                 line = source_line(frame.f_code, _accumulates(_key(name)))
-                chains.append(Chain(name, location(frame, line), False, edges))
+                chains.append(Chain(name, frame_location(frame, line), False, edges))
         return sorted(chains, key=lambda c: -(c.edges or 0))
 
     def _holders(self, names: dict[str, Any]) -> tuple:
@@ -327,7 +274,7 @@ class CompileTraces:
 
     def begin(self) -> None:
         frame = caller_frame()
-        codes = compiled_codes(loop_locals(frame), frame.f_globals) if frame is not None else set()
+        codes = compiled_codes(frame_locals(frame), frame.f_globals) if frame is not None else set()
         if not codes or sys.getprofile() is not None:
             return
         counts = self._counts = dict.fromkeys(codes, 0)
@@ -344,8 +291,6 @@ class CompileTraces:
             return None
         if sys.getprofile() is self._hook:
             sys.setprofile(None)
-        from leakdoctor.integrations.python import short_path
-
         counts, self._counts, self._hook = self._counts, {}, None
         rows = [(c.co_name, f"{short_path(c.co_filename)}:{c.co_firstlineno}", n) for c, n in counts.items() if n]
         return Traces(sorted(rows, key=lambda r: -r[2]))

@@ -5,10 +5,7 @@ gc.collect cleanup rung, and the rules for container_growth and python_objects."
 from __future__ import annotations
 
 import gc
-import inspect
-import os
 import sys
-import sysconfig
 import tracemalloc
 import weakref
 from collections import Counter, deque
@@ -18,46 +15,10 @@ from typing import Any, Callable, Mapping
 from leakdoctor.diagnosis import Evidence
 from leakdoctor.guard import Guard
 from leakdoctor.integrations import Cleanup, Integration, MetricSpec, Rule
+from leakdoctor.integrations.source import code_location, is_engine, is_user_file, short_path
 from leakdoctor.summary import Finding, format_value
 
 CONTAINERS = (list, dict, set, frozenset, tuple, deque)
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_EXAMPLES = os.path.join(_PACKAGE, "examples")
-_LIBRARY_DIRS = tuple({os.path.abspath(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib")})
-
-
-def is_user_file(filename: str) -> bool:
-    """True for the user's own source: not leakdoctor's engine, not site-packages, not the stdlib."""
-    if filename.startswith("<"):
-        return False
-    path = os.path.abspath(filename)
-    if _is_engine(path):
-        return False
-    if f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path:
-        return False
-    return not path.startswith(_LIBRARY_DIRS)
-
-
-def short_path(filename: str) -> str:
-    """The path relative to the working directory when it lies inside it."""
-    path = os.path.abspath(filename)
-    cwd = os.getcwd()
-    return os.path.relpath(path, cwd) if path.startswith(cwd + os.sep) else path
-
-
-def code_location(obj: Any) -> str | None:
-    """'file.py:12' where a function or class is defined, if known."""
-    code = getattr(obj, "__code__", None)
-    if code is not None:
-        return f"{short_path(code.co_filename)}:{code.co_firstlineno}"
-    if not inspect.isclass(obj):
-        return None
-    try:
-        return f"{short_path(inspect.getsourcefile(obj) or '?')}:{inspect.getsourcelines(obj)[1]}"
-    except (OSError, TypeError):
-        return None
-
-
 def type_name(t: type) -> str:
     return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
@@ -246,14 +207,9 @@ def _blame(traceback: tracemalloc.Traceback) -> tracemalloc.Frame | None:
     for frame in frames:
         if is_user_file(frame.filename):
             return frame
-        if _is_engine(frame.filename):
+        if is_engine(frame.filename):
             return None
     return frames[0] if frames else None
-
-
-def _is_engine(filename: str) -> bool:
-    path = os.path.abspath(filename)
-    return path.startswith(_PACKAGE + os.sep) and not path.startswith(_EXAMPLES + os.sep)
 
 
 # --- rules ------------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from typing import Any, Callable, Mapping
 
 from leakdoctor.diagnosis import Evidence
 from leakdoctor.integrations import Cleanup, Integration, MetricSpec, Rule
-from leakdoctor.integrations.python import CONTAINERS, code_location, step_time_note
+from leakdoctor.integrations.python import CONTAINERS, step_time_note
+from leakdoctor.integrations.source import code_location
 from leakdoctor.integrations.torch_graphs import TensorCensus, live_instances, retained_rule
 from leakdoctor.summary import Finding
 

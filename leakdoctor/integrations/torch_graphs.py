@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 from leakdoctor.diagnosis import Evidence
 from leakdoctor.integrations import Rule
-from leakdoctor.integrations.python import CONTAINERS, AllocationGrowth, is_user_file, short_path
+from leakdoctor.integrations.python import CONTAINERS, AllocationGrowth
+from leakdoctor.integrations.source import frame_locals, is_user_file, short_path
 from leakdoctor.summary import Finding, format_value
 
 #: Most autograd nodes a census walks; a graph this large is reported as at least this large.
@@ -201,7 +202,7 @@ def _locals(frame: Any) -> Iterator[Place]:
     """A function's local variables (and the attributes of user objects among them). A local variable
     cannot be rebound from outside: the remedy changes its value in place."""
     scope = f" in {frame.f_code.co_name}()"
-    for name, value in list(frame.f_locals.items()):
+    for name, value in frame_locals(frame).items():
         yield name, scope, value, frame, _getter(value), None
         for path, inner, get, rebind in _attributes(value, name, depth=1):
             yield path, scope, inner, frame, get, rebind

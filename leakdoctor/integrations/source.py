@@ -1,0 +1,102 @@
+"""The user's code, as seen from inside `doctor.step()`: which files are the user's (not leakdoctor's
+engine, not site-packages, not the stdlib), short paths and definition sites for findings, the frame of
+the training loop, its local variables (read without keeping anything alive), and lines found in its
+source."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import linecache
+import os
+import sys
+import sysconfig
+from functools import lru_cache
+from typing import Any, Callable
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_EXAMPLES = os.path.join(_PACKAGE, "examples")
+_LIBRARY_DIRS = tuple({os.path.abspath(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib")})
+
+
+def is_engine(filename: str) -> bool:
+    """leakdoctor's own code (its examples are user code: they stand for a user's loop)."""
+    path = os.path.abspath(filename)
+    return path.startswith(_PACKAGE + os.sep) and not path.startswith(_EXAMPLES + os.sep)
+
+
+def is_user_file(filename: str) -> bool:
+    """True for the user's own source: not leakdoctor's engine, not site-packages, not the stdlib."""
+    if filename.startswith("<"):
+        return False
+    path = os.path.abspath(filename)
+    if is_engine(path):
+        return False
+    if f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path:
+        return False
+    return not path.startswith(_LIBRARY_DIRS)
+
+
+def short_path(filename: str) -> str:
+    """The path relative to the working directory when it lies inside it."""
+    path = os.path.abspath(filename)
+    cwd = os.getcwd()
+    return os.path.relpath(path, cwd) if path.startswith(cwd + os.sep) else path
+
+
+def code_location(obj: Any) -> str | None:
+    """'file.py:12' where a function or class is defined, if known."""
+    code = getattr(obj, "__code__", None)
+    if code is not None:
+        return f"{short_path(code.co_filename)}:{code.co_firstlineno}"
+    if not inspect.isclass(obj):
+        return None
+    try:
+        return f"{short_path(inspect.getsourcefile(obj) or '?')}:{inspect.getsourcelines(obj)[1]}"
+    except (OSError, TypeError):
+        return None
+
+
+def frame_location(frame: Any, line: int | None = None) -> str:
+    """'train.py:42': a line in the frame's file (default: the line the frame is at)."""
+    return f"{short_path(frame.f_code.co_filename)}:{line or frame.f_lineno}"
+
+
+def caller_frame() -> Any:
+    """The innermost frame outside leakdoctor's engine: the training loop that called doctor.step()."""
+    frame = sys._getframe(1)
+    while frame is not None and is_engine(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+def frame_locals(frame: Any) -> dict[str, Any]:
+    """A copy of a frame's local variables that keeps nothing alive. Before Python 3.13 a function
+    frame's f_locals is a snapshot the frame keeps, with every object it names, until the next access:
+    it would hold one step's arrays (gradients, activations, graphs) for as long as the loop runs. So
+    the snapshot is emptied after the copy; module frames (f_locals is the namespace itself) and 3.13+
+    (a live view) are left alone."""
+    f_locals = frame.f_locals
+    names = dict(f_locals)
+    if sys.version_info < (3, 13) and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
+        f_locals.clear()
+    return names
+
+
+@lru_cache(maxsize=32)
+def _parse(filename: str, size: int) -> ast.Module | None:
+    try:
+        return ast.parse("".join(linecache.getlines(filename)))
+    except (SyntaxError, ValueError):
+        return None
+
+
+def source_line(code: Any, wanted: Callable[[ast.AST], bool]) -> int | None:
+    """The first line inside `code`'s function (or module) where a node satisfies `wanted`."""
+    tree = _parse(code.co_filename, len(linecache.getlines(code.co_filename)))
+    if tree is None:
+        return None
+    lines = [line for _, _, line in code.co_lines() if line is not None]
+    first, last = code.co_firstlineno, max(lines, default=code.co_firstlineno)
+    hits = [n.lineno for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last and wanted(n)]
+    return min(hits) if hits else None
