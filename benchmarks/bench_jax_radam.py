@@ -37,8 +37,8 @@ from leakdoctor.integrations.process import rss_reader  # noqa: E402
 from leakdoctor.remedies.cond_to_where import cond_to_where  # noqa: E402
 
 STEPS = 60
-PAIRS = 11
-HEALTHY_STEPS = 800
+PAIRS = 5
+HEALTHY_STEPS = 400
 CONFIGURATIONS = {
     "as written (eager lax.cond)": lambda tx: tx,
     "cond_to_where(tx)": cond_to_where,

@@ -34,9 +34,9 @@ from test_lightning import Regressor, loader, trainer_options  # noqa: E402
 
 from leakdoctor.callbacks.lightning import LeakDoctorCallback  # noqa: E402
 
-STEPS = 1000
+STEPS = 600
 WARM = 100
-PAIRS = 9
+PAIRS = 5
 
 
 class CpuClock(L.Callback):

@@ -26,7 +26,7 @@ from common import machine, table, write_section  # noqa: E402
 
 LAYERS = 24
 WIDTHS = (1024, 2048)
-PROCESSES = 3
+PROCESSES = 2
 WAYS = ("naive", "layerwise")
 
 

@@ -18,7 +18,7 @@ from leakdoctor import LeakDoctor  # noqa: E402
 from leakdoctor.examples.numpy_cycles import MLP  # noqa: E402
 
 BLOCK = 60
-PAIRS = 41
+PAIRS = 25
 
 
 def step_of(hidden: int):
