@@ -57,6 +57,30 @@ def window_minima(steps: Sequence[int], values: Sequence[float], size: int) -> t
     return s[rows, at], v[rows, at]
 
 
+# The detector runs on short arrays (at most 48 minima) inside the sampled steps, where numpy's
+# per-call overhead, not arithmetic, is the cost: index pairs are cached and medians taken by sorting.
+
+@lru_cache(maxsize=None)
+def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (i, j) of every pair i < j of n items."""
+    return np.triu_indices(n, 1)
+
+
+def _median_of_sorted(values: np.ndarray) -> float:
+    n = len(values)
+    return float(values[(n - 1) // 2] + values[n // 2]) / 2.0
+
+
+def _tie_sizes(y: np.ndarray) -> np.ndarray:
+    """Sizes of the groups of equal values that have more than one member."""
+    ordered = np.sort(y)
+    equal = ordered[1:] == ordered[:-1]
+    if not equal.any():
+        return np.empty(0, dtype=np.int64)
+    edges = np.flatnonzero(np.diff(np.concatenate(([False], equal, [False])).astype(np.int8)))
+    return edges[1::2] - edges[::2] + 1
+
+
 @lru_cache(maxsize=None)
 def _inversion_cdf(n: int) -> tuple[float, ...]:
     """P(inversions <= k) for a random permutation of n items (Mahonian numbers)."""
@@ -77,9 +101,9 @@ def mann_kendall(y: Sequence[float]) -> tuple[float, float]:
     n = len(y)
     if n < 3:
         return 0.0, 1.0
-    s = float(np.triu(np.sign(y[None, :] - y[:, None]), 1).sum())
-    _, counts = np.unique(y, return_counts=True)
-    ties = counts[counts > 1]
+    i, j = _pairs(n)
+    s = float(np.sign(y[j] - y[i]).sum())
+    ties = _tie_sizes(y)
     if len(ties) == 0 and n <= _EXACT_MAX_N:
         pairs = n * (n - 1) // 2
         inversions = int(round((pairs - s) / 2))
@@ -98,7 +122,7 @@ def theil_sen(x: Sequence[float], y: Sequence[float], z: float = 1.96) -> tuple[
     n = len(y)
     if n < 2:
         return 0.0, 0.0, 0.0
-    i, j = np.triu_indices(n, 1)
+    i, j = _pairs(n)
     dx = x[j] - x[i]
     keep = dx != 0
     slopes = np.sort((y[j] - y[i])[keep] / dx[keep])
@@ -108,7 +132,7 @@ def theil_sen(x: Sequence[float], y: Sequence[float], z: float = 1.96) -> tuple[
     spread = z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
     low = slopes[max(0, int(math.floor((m - spread) / 2)))]
     high = slopes[min(m - 1, int(math.ceil((m + spread) / 2)))]
-    return float(np.median(slopes)), float(low), float(high)
+    return _median_of_sorted(slopes), float(low), float(high)
 
 
 def onset_index(y: Sequence[float]) -> int:
@@ -141,21 +165,18 @@ def assess(steps: Sequence[int], minima: Sequence[float], alpha: float, scales: 
     level = alpha / len(scales)
     for k in tested:
         _, p = mann_kendall(minima[-k:])
-        if p < level:
-            slope, low, high = theil_sen(steps[-k:], minima[-k:])
-            if slope > 0 and above_noise(steps[-k:], minima[-k:], slope):
-                return Trend(GROWING, slope, low, high, p, None, k)
-    k = tested[-1]
-    slope, low, high = theil_sen(steps[-k:], minima[-k:])
-    return Trend(FLAT, slope, low, high, mann_kendall(minima[-k:])[1], None, k)
+        slope, low, high = theil_sen(steps[-k:], minima[-k:]) if p < level or k == tested[-1] else (0.0, 0.0, 0.0)
+        if p < level and slope > 0 and above_noise(steps[-k:], minima[-k:], slope):
+            return Trend(GROWING, slope, low, high, p, None, k)
+    return Trend(FLAT, slope, low, high, p, None, tested[-1])
 
 
 def above_noise(steps: np.ndarray, minima: np.ndarray, slope: float) -> bool:
     """Does the rise over the stretch stand out from the scatter around the fitted line? A chance
     ordering of large noise can be significant; it does not rise MIN_SIGNAL_TO_NOISE times its MAD."""
     residuals = minima - slope * steps
-    residuals -= np.median(residuals)
-    scatter = 1.4826 * float(np.median(np.abs(residuals)))
+    residuals -= _median_of_sorted(np.sort(residuals))
+    scatter = 1.4826 * _median_of_sorted(np.sort(np.abs(residuals)))
     return slope * float(steps[-1] - steps[0]) >= MIN_SIGNAL_TO_NOISE * scatter
 
 
