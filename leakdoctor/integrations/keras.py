@@ -1,0 +1,332 @@
+"""Keras 3 knowledge: which fit/evaluate/predict calls used which model, the backend's own probes (the
+JAX or the torch integration, TensorFlow's GPU memory), and the rules for the two Keras leaks.
+
+Models built in a loop (keras#2102): a Keras model sits in reference cycles (layers, their nodes, its
+jitted or traced step functions point back at it), so dropping it frees nothing until a full garbage
+collection, which Python runs rarely on a heap as large as a framework's. Old models and what they hold
+stay for a while, the C heap fragments around them, and resident memory grows fit after fit (measured
+here: +1 to 4 MiB per model of 1 MiB on the jax backend, +0.6 to 1 MiB on torch).
+`keras.backend.clear_session()` before each new model stops it: besides resetting Keras's global state,
+it runs that full collection at a fixed point, so each model's memory is reused by the next. The
+callback registers each call's model (`Calls`), so the rule tells this from other growth: new models in
+most calls, and memory growing by at least half of what one model holds per new model (less is the heap
+settling around models that come and go, which a loop calling clear_session shows too: benign).
+
+Retracing: on the JAX backend `fit`, `evaluate` and `predict` compile their step function for every new
+input shape (jax.jit), and keep each executable. `predict` called in a loop on inputs of changing size
+compiles on every call; the rule names the call and the shapes, with Keras's advice (fixed shapes).
+TensorFlow's tf.function retracing (reduce_retracing=True in Keras) is not diagnosed here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+import weakref
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from leakdoctor.diagnosis import Evidence
+from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec, Rule
+from leakdoctor.integrations.source import frame_location, is_user_file
+from leakdoctor.summary import Finding, format_value
+
+ALIVE = "keras_models_alive"
+SEEN = "keras_models_seen"
+SIZE = "keras_model_bytes"
+RSS = "rss_bytes"
+COMPILES = "jax_compiles"
+#: Keras's jitted step functions (keras/src/backend/jax/trainer.py), by the call that compiles them.
+STEP_FUNCTIONS = {"train_step": "fit", "test_step": "evaluate", "predict_step": "predict"}
+
+
+def require() -> Any:
+    """The keras module (Keras 3), or an ImportError that says how to install it."""
+    try:
+        import keras
+    except ImportError as err:
+        raise ImportError("leakdoctor's Keras support needs Keras 3: pip install leakdoctor[keras]") from err
+    if not hasattr(keras, "config") or not hasattr(keras.config, "backend"):
+        raise ImportError(f"leakdoctor's Keras support needs Keras 3, found keras {keras.__version__}: "
+                          f"pip install 'leakdoctor[keras]'")
+    return keras
+
+
+def backend() -> str:
+    """The Keras backend in use: "jax", "torch", "tensorflow" or "numpy"."""
+    return str(require().config.backend())
+
+
+# --- the calls: which models, from where ------------------------------------------------------------
+
+class Calls:
+    """What the callback reports about each top-level fit/evaluate/predict call: its kind, the user's
+    line that made it, and its model. Models are held weakly: `alive` counts those not yet freed;
+    `model_bytes` is what the latest model's variables and optimizer state hold."""
+
+    def __init__(self) -> None:
+        self._models: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.seen = 0
+        self.model_bytes = 0.0
+        self.kind: str | None = None
+        self.site: str | None = None
+
+    def begin(self, kind: str, model: Any, site: str | None) -> None:
+        self.kind, self.site = kind, site
+        if model is not None and model not in self._models:
+            self._models.add(model)
+            self.seen += 1
+
+    def end(self, model: Any) -> None:
+        if model is not None:
+            self.model_bytes = variables_bytes(model)
+
+    @property
+    def alive(self) -> int:
+        return len(self._models)
+
+    def probe(self) -> FunctionProbe:
+        """Models this callback worked with: how many, how many are still in memory, and their size."""
+        specs = {ALIVE: MetricSpec(ALIVE, "count", role="supporting", source="keras", where="models not yet freed"),
+                 SEEN: MetricSpec(SEEN, "count", role="supporting", source="keras", where="models used"),
+                 SIZE: MetricSpec(SIZE, "bytes", role="supporting", source="keras", where="the latest model")}
+        return FunctionProbe("keras_models", lambda: {ALIVE: float(self.alive), SEEN: float(self.seen),
+                                                      SIZE: self.model_bytes}, specs)
+
+
+def is_users(model: Any) -> bool:
+    """Is the model's class the user's own (a subclassed keras.Model), not one of Keras's?"""
+    module = sys.modules.get(type(model).__module__) if model is not None else None
+    return is_user_file(getattr(module, "__file__", None) or "<unknown>")
+
+
+def variables_bytes(model: Any) -> float:
+    """Bytes of a model's variables and of its optimizer's (Adam keeps two per weight)."""
+    optimizer = getattr(model, "optimizer", None)
+    variables = list(getattr(model, "weights", [])) + list(getattr(optimizer, "variables", None) or [])
+    total = 0
+    for v in variables:
+        bits = re.search(r"\d+", str(v.dtype))
+        total += math.prod(v.shape) * (int(bits.group()) // 8 if bits else 1)
+    return float(total)
+
+
+def user_site(frame: Any) -> str | None:
+    """'train.py:42': the innermost frame of the user's own code at or above `frame`."""
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            return frame_location(frame)
+        frame = frame.f_back
+    return None
+
+
+def caller_site() -> str | None:
+    """Where the user's code called into Keras (fit, evaluate, predict) that is calling us now."""
+    return user_site(sys._getframe(1))
+
+
+# --- TensorFlow's GPU memory --------------------------------------------------------------------------
+
+def tensorflow_gpu_probe() -> FunctionProbe | None:
+    """Bytes TensorFlow's allocator holds on each GPU (tf.config.experimental.get_memory_info), and the
+    peak; None without a GPU. TensorFlow is imported only here, when the backend is tensorflow."""
+    import tensorflow as tf
+
+    devices = [d.name.split("device:")[-1] for d in tf.config.list_logical_devices("GPU")]
+    if not devices:
+        return None
+    specs: dict[str, MetricSpec] = {}
+    for device in devices:
+        tag = device.lower().replace(":", "")
+        specs[f"tf_{tag}_bytes"] = MetricSpec(f"tf_{tag}_bytes", "bytes", source="tensorflow", where=device)
+        specs[f"tf_{tag}_peak_bytes"] = MetricSpec(f"tf_{tag}_peak_bytes", "bytes", role="supporting",
+                                                   source="tensorflow", where=device)
+
+    def read() -> Mapping[str, float]:
+        values = {}
+        for device in devices:
+            info = tf.config.experimental.get_memory_info(device)
+            tag = device.lower().replace(":", "")
+            values[f"tf_{tag}_bytes"], values[f"tf_{tag}_peak_bytes"] = float(info["current"]), float(info["peak"])
+        return values
+
+    return FunctionProbe("tensorflow_gpu", read, specs)
+
+
+def backend_integrations(model: Any = None) -> list[Integration]:
+    """What the backend contributes: the JAX integration (live arrays, compiles), the torch one (device
+    memory, tensor census; on the torch backend a Keras model is a torch.nn.Module, so its hooks are
+    counted and its attributes searched for kept tensors), TensorFlow's GPU memory; nothing for numpy."""
+    name = backend()
+    if name == "jax":
+        from leakdoctor.integrations import jax as jax_integration
+
+        return [jax_integration.integration()]
+    if name == "torch":
+        import torch
+
+        from leakdoctor.integrations import torch as torch_integration
+
+        return [torch_integration.integration(model=model if isinstance(model, torch.nn.Module) else None)]
+    if name == "tensorflow":
+        probe = tensorflow_gpu_probe()
+        return [Integration("tensorflow", probes=[probe])] if probe else []
+    return []
+
+
+# --- rules ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NewModels:
+    """A finding's subject when models built in a loop make memory grow: what clear_session acts on."""
+
+    models: int  # new models in the window
+    calls: int  # calls in the window
+    freed: int  # most old models one gc.collect() of the window found still in memory
+    survived: int  # models alive after the last gc.collect(), more than at the start: still referenced
+    model_bytes: float  # what one model holds (variables and optimizer state)
+    growth_per_model: float  # how much memory grew per new model
+
+    @property
+    def piling(self) -> bool:
+        """Memory grows by at least half a model per new model: the old ones (or what they hold) stay.
+        Less is the C heap settling around models that come and go, not the models."""
+        return self.growth_per_model >= 0.5 * self.model_bytes
+
+    @property
+    def piling_rate(self) -> float:
+        """Growth per call from which the models pile up (half a model per new model), at this window's
+        share of calls that brought a new model."""
+        return 0.5 * self.model_bytes * self.models / max(1, self.calls)
+
+    @property
+    def referenced(self) -> bool:
+        return self.survived >= max(1, self.models / 2)
+
+
+def _reading(ladder: Any, metric: str, when: str) -> float:
+    value = ladder.before(metric) if when == "before" else ladder.after(metric)
+    return 0.0 if value is None else value
+
+
+def model_turnover(ev: Evidence, metric: str = RSS) -> NewModels:
+    """How the window's models fared: new ones, how many old ones a collection found, how many are
+    still alive after the last one (still referenced), and how `metric` grew per new model."""
+    new = _reading(ev.end, SEEN, "after") - _reading(ev.begin, SEEN, "before")
+    freed = max(_reading(ladder, ALIVE, "before") - _reading(ladder, ALIVE, "after")
+                for ladder in (ev.middle, ev.end) if ladder is not None)
+    survived = _reading(ev.end, ALIVE, "after") - _reading(ev.begin, ALIVE, "after")
+    per_model = ev.rate(metric) * ev.steps / new if new else 0.0
+    return NewModels(int(new), ev.steps, int(freed), int(survived), _reading(ev.end, SIZE, "before"), per_model)
+
+
+def _memory(ev: Evidence, accepted: list[Finding]) -> list[str]:
+    """Memory metrics that nothing explains yet and that grew: kept after the cleanup ladder, or taken
+    back by gc.collect() (garbage in reference cycles); resident memory first. Growth that only
+    malloc_trim took back is the C allocator's cache, left to the allocator_cache rule."""
+    grown = [m for m in ev.unexplained(accepted) if ev.specs[m].unit == "bytes"
+             and (ev.survives(m) or ev.reclaimed_by(m) == "gc_collect")]
+    return sorted(grown, key=lambda m: m != RSS)
+
+
+def _census(ev: Evidence) -> str:
+    census = ev.reports.get("gc_census")
+    return f"; live objects growing: {census.top()}" if census and census.rows else ""
+
+
+def models_rule(calls: Calls) -> Rule:
+    """Memory that grows while every call brings a new model: the old models stay in memory."""
+
+    def models_in_a_loop(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
+        new = model_turnover(ev).models
+        if new < max(2, ev.steps // 2):
+            return []
+        compiles = (COMPILES,) if COMPILES in ev.unexplained(accepted) else ()
+        memory = _memory(ev, accepted)
+        where = f"{calls.kind}() at {calls.site}" if calls.site else f"{calls.kind}()"
+        models = f"{new} new models in {ev.steps} calls of {where}"
+        if not memory:
+            return [ev.finding(
+                "compile_cache", COMPILES, location=calls.site, explains=compiles, benign=True,
+                evidence=f"{ev.describe(COMPILES)}; {models}: a new model compiles its own train/predict functions",
+                recommendation="not a leak: a new model compiles once; reuse one model (model.set_weights) if the "
+                               "compile time matters")] if compiles else []
+        metric = memory[0]
+        turnover = model_turnover(ev, metric)
+        explains = tuple(dict.fromkeys([*memory, *compiles]))
+        size = (f"; memory grew {format_value(turnover.growth_per_model, 'bytes')} per new model, which holds "
+                f"{format_value(turnover.model_bytes, 'bytes')} (variables and optimizer state)")
+        also = "".join(f"; {ev.describe(m)}" for m in memory[1:])
+        if not (turnover.referenced or turnover.piling or ev.survives(metric)):
+            return [ev.finding(  # its own place: a leak found at calls.site would be another finding
+                "python_objects", metric, location=f"{where}, each model replacing the last", benign=True,
+                explains=explains, evidence=f"{ev.describe(metric)}{also}; {models}{size}: the models do not "
+                f"pile up, the C heap settles around models that come and go",
+                recommendation="not a leak: each old model is freed at the next garbage collection")]
+        if turnover.referenced:
+            cause, why = "python_objects", (
+                f"; {turnover.survived} old models are still referenced after gc.collect() (kept in a list or "
+                f"dict, or by the History objects that fit() returns: History.model is the model)")
+            advice = ("drop the references to old models (keep history.history, the dict, not the History "
+                      "object), then call keras.backend.clear_session() before building each new model")
+        elif turnover.piling:
+            cause, why = "python_objects", (
+                f"; gc.collect() took it back: a Keras model sits in reference cycles, which only a full garbage "
+                f"collection frees, and Python runs one rarely on a heap this large, so old models (up to "
+                f"{turnover.freed} at a time here) and what they hold stay, and the C heap fragments around them"
+                if not ev.survives(metric) else "; the old models' memory is not given back")
+            advice = ("call keras.backend.clear_session() before building each new model (it resets Keras's "
+                      "global state and runs a full gc.collect()), or `del model; gc.collect()` after each")
+        else:
+            cause, why = "native_memory", "; the old models were freed, yet memory kept growing with each new one"
+            advice = ("call keras.backend.clear_session() before building each new model: it also resets the "
+                      "backend's caches (TensorFlow's graph and kernel cache, torch.compile's cache)")
+        return [ev.finding(
+            cause, metric, location=calls.site, subject=turnover, explains=explains,
+            evidence=f"{ev.describe(metric)}{also}; {models}{size}{why}{_census(ev)}",
+            recommendation=f"{advice}; remedies='all' calls clear_session between calls (clear_session)")]
+
+    return Rule(15, models_in_a_loop)
+
+
+def retrace_rule(calls: Calls) -> Rule:
+    """Keras's step functions compiled again and again for the same model: inputs of changing shape."""
+
+    def keras_retracing(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
+        if COMPILES not in ev.unexplained(accepted) or model_turnover(ev).models:
+            return []  # new models compile anew: the models rule's business
+        activity = ev.reports.get("jax_compiles")
+        steps = [s for s in STEP_FUNCTIONS if activity is not None and activity.compiled(s)]
+        if not steps:
+            return []
+        kinds = sorted({STEP_FUNCTIONS[s] for s in steps})
+        count = sum(n for name, (n, _) in activity.functions.items() if any(s in name for s in steps))
+        repeated = activity.repeated_miss()
+        reason = f"; jax says: {repeated[0].reason}" if repeated else ""
+        memory = _memory(ev, accepted)
+        rss = [m for m in memory if m == RSS]
+        metric = rss[0] if rss else COMPILES
+        where = f"{calls.kind}() at {calls.site}" if calls.site else "/".join(f"{k}()" for k in kinds)
+        memory_note = f"; {ev.describe(RSS)}: each compiled executable is kept" if rss else ""
+        return [ev.finding(
+            "compile_cache", metric, location=calls.site or where, explains=(COMPILES, *rss),
+            evidence=f"{ev.describe(COMPILES)}; Keras compiled {', '.join(steps)} {count}x in {ev.steps} steps "
+                     f"of {where} with the same model: a new input shape every time{reason}{memory_note}",
+            recommendation=f"{'/'.join(k + '()' for k in kinds)} compiles its step function once per input shape: "
+                           f"give it inputs of a few fixed shapes (pad or bucket them to a fixed batch size, or "
+                           f"batch them and call once); remedies='safe' bounds the memory with jax.clear_caches() "
+                           f"(clear_cache), at the price of compiling again")]
+
+    return Rule(18, keras_retracing)
+
+
+def integration(calls: Calls) -> Integration:
+    """Keras's own part: the models probe and the Keras rules (the backend's part: backend_integrations)."""
+    require()
+    return Integration(name="keras", probes=[calls.probe()], rules=[models_rule(calls), retrace_rule(calls)],
+                       targets={"keras_calls": calls})
+
+
+__all__ = ["Calls", "NewModels", "backend", "backend_integrations", "caller_site", "integration", "require",
+           "tensorflow_gpu_probe", "user_site"]
