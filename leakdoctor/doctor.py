@@ -467,11 +467,22 @@ class LeakDoctor:
                     rate, low, high = theil_sen(steps, values)
                     copy.rate_per_step, copy.rate_interval = rate, (low, high)
                 if copy.remedy is None and self._stopped(finding):
-                    notes.append(f"{finding.metric} grew from step {finding.first_step} and stopped by "
-                                 f"itself after step {finding.detected_step}: not a leak")
+                    notes.append(self._stopped_note(finding))
                     continue
             final.append(copy)
         return final, notes
+
+    def _stopped_note(self, finding: Finding) -> str:
+        """Why a growth that stopped is not reported: a remedy applied for another finding on the same
+        metric stopped it, or it stopped by itself."""
+        head = f"{finding.metric} grew from step {finding.first_step}"
+        for other in self._findings:
+            remedy = other.remedy
+            if other.metric == finding.metric and remedy and remedy.effective \
+                    and remedy.applied_step >= finding.detected_step:
+                return (f"{head} ({finding.cause}) and stopped after {remedy.name}, applied at step "
+                        f"{remedy.applied_step} for {other.cause}")
+        return f"{head} and stopped by itself after step {finding.detected_step}: not a leak"
 
     def _stopped(self, finding: Finding) -> bool:
         """Did the growth stop by itself after detection (enough windows, and no significant trend)?"""
