@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, table, write_section  # noqa: E402
 
 LAYERS = 24
-WIDTHS = (1024, 2048)
-PROCESSES = 2
+WIDTHS = (1024,)
+PROCESSES = 3
 WAYS = ("naive", "layerwise")
 
 

@@ -31,7 +31,7 @@ from leakdoctor.remedies.base import RemedyContext  # noqa: E402
 from leakdoctor.remedies.cap_cache import CapCache  # noqa: E402
 from leakdoctor.summary import Finding  # noqa: E402
 
-PAIRS = 9
+PAIRS = 5
 RAISED = 2**30
 
 

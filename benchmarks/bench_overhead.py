@@ -59,7 +59,7 @@ def measure(hidden: int) -> dict[str, float]:
 
 def main() -> None:
     rows = []
-    for hidden in (1024, 512, 128):
+    for hidden in (512, 128):
         m = measure(hidden)
         rows.append([f"{m['step_ms']:.2f} ms", f"{(m['ratio'] - 1) * 100:+.2f}%",
                      f"{(m['q1'] - 1) * 100:+.2f}% .. {(m['q3'] - 1) * 100:+.2f}%",
