@@ -62,7 +62,8 @@ def regression_data(rows: int, features: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def finding(summary: dict, cause: str) -> dict:
-    found = [f for f in summary["findings"] if f["cause"] == cause]
+    """The leak (not benign) finding of this cause."""
+    found = [f for f in summary["findings"] if f["cause"] == cause and not f["benign"]]
     assert found, f"no {cause} finding in {[(f['cause'], f['metric']) for f in summary['findings']]}; notes {summary['notes']}"
     return found[0]
 
