@@ -92,8 +92,10 @@ def init_peak(way: str, layers: int, width: int) -> dict:
 
 
 def test_layerwise_peak_is_a_fraction_of_the_naive_peak_and_the_preflight_is_close():
-    naive = isolated(init_peak, "naive", 16, 1024)
-    layerwise = isolated(init_peak, "layerwise", 16, 1024)
+    # width 2048: the arrays (256 MiB in float32) dwarf what XLA's threads and malloc arenas add to a
+    # peak, some tens of MiB that vary with the machine's load
+    naive = isolated(init_peak, "naive", 16, 2048)
+    layerwise = isolated(init_peak, "layerwise", 16, 2048)
     assert layerwise["peak"] <= 0.5 * naive["peak"]  # target 0.4x; see BENCHMARKS.md for the figures
     for measured in (naive, layerwise):
         assert 0.7 * measured["peak"] <= measured["estimate"] <= 1.4 * measured["peak"]
