@@ -28,10 +28,11 @@ from flax.training import train_state
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 from common import machine, paired_ratio, table, write_section  # noqa: E402
-from test_jax_leaks import flax_state, loss_and_grads, old_radam, regression  # noqa: E402
+from test_jax_leaks import flax_state, loss_and_grads, regression  # noqa: E402
 
 from leakdoctor.callbacks.flax import LeakDoctor  # noqa: E402
 from leakdoctor.detect import theil_sen  # noqa: E402
+from leakdoctor.examples.old_radam import old_radam  # noqa: E402
 from leakdoctor.integrations.jax import compile_listener  # noqa: E402
 from leakdoctor.integrations.process import rss_reader  # noqa: E402
 from leakdoctor.remedies.cond_to_where import cond_to_where  # noqa: E402

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from test_jax_leaks import HERE, line_of, old_radam
+from test_jax_leaks import OLD_RADAM, line_of, old_radam
 
 from leakdoctor.integrations.jax import CompileLog, compile_listener, scan_conds
 from leakdoctor.remedies.cond_to_where import cond_to_where, count_conds, rewrite_jaxpr
@@ -131,7 +131,7 @@ def test_scan_finds_the_re_traced_cond_and_not_a_stable_one():
     tx = old_radam(1e-2)
     sites = scan_conds(tx.update, *_args(tx))
     assert len(sites) == 1 and sites[0].retraced
-    assert sites[0].location.endswith(f"{HERE.name}:{line_of('RADAM-COND')}")
+    assert sites[0].location.endswith(f"{OLD_RADAM.name}:{line_of('RADAM-COND', OLD_RADAM)}")
     assert sites[0].function.endswith("update_fn")
     assert any(b.startswith("_radam_update at") for b in sites[0].branches)
     stable = scan_conds(lambda x: jax.lax.cond(x > 0, jnp.sin, jnp.cos, x), 1.0)

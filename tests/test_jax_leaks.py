@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -23,57 +23,21 @@ from helpers import isolated
 
 from leakdoctor.callbacks.flax import LeakDoctor
 from leakdoctor.detect import theil_sen
+from leakdoctor.examples import old_radam as old_radam_module
+from leakdoctor.examples.old_radam import old_radam
 
 HERE = Path(__file__)
+#: The old RAdam's source: findings about its lax.cond point there.
+OLD_RADAM = Path(old_radam_module.__file__)
 WARMUP = 20
 #: Fixed so that materiality (growth against the headroom to the limit) does not depend on the RAM of
 #: the machine running the tests.
 LIMIT = "8GiB"
 
 
-def line_of(marker: str) -> int:
-    """The line in this file that carries `# <marker>`."""
-    return next(i for i, text in enumerate(HERE.read_text().splitlines(), 1) if text.rstrip().endswith(f"# {marker}"))
-
-
-# --- the old optax RAdam (optax <= 0.2.2's scale_by_radam: lax.cond over closures) ------------------
-
-class ScaleByRAdamState(NamedTuple):
-    count: jax.Array
-    mu: optax.Updates
-    nu: optax.Updates
-
-
-def scale_by_radam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-                   threshold: float = 5.0) -> optax.GradientTransformation:
-    """Rectified Adam written as optax wrote it up to 0.2.2 (optax#969)."""
-    ro_inf = 2.0 / (1 - b2) - 1
-
-    def _radam_update(args: Any) -> Any:
-        ro, mu_hat, nu_hat = args
-        r = jnp.sqrt((ro - 4) * (ro - 2) * ro_inf / ((ro_inf - 4) * (ro_inf - 2) * ro))
-        return jax.tree_util.tree_map(lambda m, v: r * m / (jnp.sqrt(v) + eps), mu_hat, nu_hat)
-
-    def init_fn(params: Any) -> ScaleByRAdamState:
-        zeros = functools.partial(jax.tree_util.tree_map, jnp.zeros_like)
-        return ScaleByRAdamState(jnp.zeros([], jnp.int32), zeros(params), zeros(params))
-
-    def update_fn(updates: Any, state: ScaleByRAdamState, params: Any = None) -> Any:
-        mu = jax.tree_util.tree_map(lambda g, t: (1 - b1) * g + b1 * t, updates, state.mu)
-        nu = jax.tree_util.tree_map(lambda g, t: (1 - b2) * g ** 2 + b2 * t, updates, state.nu)
-        count = state.count + 1
-        b2t = b2 ** count
-        ro = ro_inf - 2 * count * b2t / (1 - b2t)
-        mu_hat = jax.tree_util.tree_map(lambda t: t / (1 - b1 ** count), mu)
-        nu_hat = jax.tree_util.tree_map(lambda t: t / (1 - b2 ** count), nu)
-        updates = jax.lax.cond(ro >= threshold, _radam_update, lambda _: mu_hat, (ro, mu_hat, nu_hat))  # RADAM-COND
-        return updates, ScaleByRAdamState(count, mu, nu)
-
-    return optax.GradientTransformation(init_fn, update_fn)
-
-
-def old_radam(learning_rate: float) -> optax.GradientTransformation:
-    return optax.chain(scale_by_radam(), optax.scale(-learning_rate))
+def line_of(marker: str, path: Path = HERE) -> int:
+    """The line of `path` (this file by default) that carries `# <marker>`."""
+    return next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.rstrip().endswith(f"# {marker}"))
 
 
 # --- models and data -----------------------------------------------------------------------------------
@@ -243,7 +207,7 @@ def test_old_radam_in_a_flax_loop_is_found_and_swapped_by_cond_to_where():
     finding = only(summary, "compile_cache")
     assert finding["metric"] == "jax_compiles"
     assert finding["detected_step"] - WARMUP <= 50
-    assert finding["location"].endswith(f"test_jax_leaks.py:{line_of('RADAM-COND')}")
+    assert finding["location"].endswith(f"leakdoctor/examples/old_radam.py:{line_of('RADAM-COND', OLD_RADAM)}")
     assert "jit(cond)" in finding["evidence"] and "update_fn" in finding["evidence"]
     assert "_radam_update" in finding["evidence"] and "jax.jit" in finding["recommendation"]
     remedy = finding["remedy"]
@@ -291,7 +255,7 @@ def test_step_retraced_by_a_changing_python_scalar_is_compile_cache_named_after_
 def test_nnx_optimizer_gets_the_rewritten_transformation_in_place():
     result = isolated(radam_nnx_scenario, 58)
     finding = only(result["summary"], "compile_cache")
-    assert finding["location"].endswith(f"test_jax_leaks.py:{line_of('RADAM-COND')}")
+    assert finding["location"].endswith(f"leakdoctor/examples/old_radam.py:{line_of('RADAM-COND', OLD_RADAM)}")
     assert finding["remedy"]["name"] == "cond_to_where" and finding["remedy"]["effective"] is True
     assert result["swapped"]
     assert compiles_after(result["summary"], finding["remedy"]["applied_step"] + 3) == 0
@@ -300,7 +264,7 @@ def test_nnx_optimizer_gets_the_rewritten_transformation_in_place():
 def test_equinox_loop_with_bare_optax_follows_the_swap_through_doctor_tx():
     summary = isolated(radam_equinox_scenario, 58)["summary"]
     finding = only(summary, "compile_cache")
-    assert finding["location"].endswith(f"test_jax_leaks.py:{line_of('RADAM-COND')}")
+    assert finding["location"].endswith(f"leakdoctor/examples/old_radam.py:{line_of('RADAM-COND', OLD_RADAM)}")
     assert finding["remedy"]["name"] == "cond_to_where" and finding["remedy"]["effective"] is True
     assert compiles_after(summary, finding["remedy"]["applied_step"] + 3) == 0
 

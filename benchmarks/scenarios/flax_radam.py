@@ -7,17 +7,18 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from _harness import Truth, marker
-from _old_radam import old_radam
 from flax import linen
 from flax.training import train_state
 
 from leakdoctor.callbacks.flax import LeakDoctor
+from leakdoctor.examples import old_radam as old_radam_module
+from leakdoctor.examples.old_radam import old_radam
 
 TRUTH = Truth(
     leak=True, cause="compile_cache", framework="jax/flax/optax", remedy="cond_to_where", steps=75,
     remedy_steps=120, start=0,
     what="optax<=0.2.2 RAdam's lax.cond applied outside jit", source="optax#969, jax#12719",
-    location=(marker(__file__.replace("flax_radam", "_old_radam"), "RADAM-COND"),),
+    location=(marker(old_radam_module.__file__, "RADAM-COND"),),
 )
 
 
