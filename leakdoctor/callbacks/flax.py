@@ -83,7 +83,7 @@ class LeakDoctor(doctor.LeakDoctor):
         finally:
             self._now = None
         # Checked on every step, so the cheap test first (active_remedies builds a list).
-        return self._swap(state) if self._originals or self._treatments else state
+        return self._swap(state) if self._originals or self._clinic.treatments else state
 
     # --- what the cond scan sees --------------------------------------------------------------------
 

@@ -65,7 +65,8 @@ class KerasDoctor(doctor.LeakDoctor):
                                     *keras_integration.backend_integrations(model)]
         self.label = label
         super().__init__(integrations=parts, **options)
-        self._forensics = [f for f in self._forensics if f.name not in without]
+        practice = self._clinic.practice
+        practice.forensics = [f for f in practice.forensics if f.name not in without]
         if keras_integration.is_users(model):  # a subclassed model's list/dict attributes are counted
             self.watch_object(model)
 

@@ -1,0 +1,232 @@
+"""What the doctor does once a series is suspect: investigate, diagnose, treat, verify.
+
+The per-step path (doctor.py) hands the clinic each sample's completed windows; the clinic opens an
+investigation for suspect metrics, concludes it into findings, applies the first allowed remedy, keeps
+the active remedies acting on every step, and judges each remedy by the slope after it. It times its
+own work (forensics and remedies), which the doctor reports apart from the cost of sampling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from leakdoctor import remedies
+from leakdoctor.detect import is_material
+from leakdoctor.diagnosis import diagnose, unexplained_notes
+from leakdoctor.guard import Guard
+from leakdoctor.integrations import Cleanup, Forensic, MetricSpec, Rule
+from leakdoctor.investigate import Investigation
+from leakdoctor.monitor import Monitor
+from leakdoctor.remedies.base import Remedy, RemedyContext
+from leakdoctor.settings import Settings
+from leakdoctor.summary import Finding, RemedyOutcome, format_value
+
+
+@dataclass
+class Treatment:
+    remedy: Remedy
+    finding: Finding
+    since: int
+    verified: bool = False
+
+
+@dataclass
+class Practice:
+    """What the integrations give the clinic to work with."""
+
+    forensics: Sequence[Forensic]
+    cleanups: Sequence[Cleanup]
+    rules: Sequence[Rule]
+    targets: Mapping[str, Any]
+    read: Callable[[], Mapping[str, float]]  # fresh readings of every probe (the cleanup ladder's)
+
+
+class Clinic:
+    def __init__(self, settings: Settings, monitor: Monitor, practice: Practice, guard: Guard,
+                 say: Callable[[str], None]) -> None:
+        self.settings = settings
+        self.monitor = monitor
+        self.practice = practice
+        self.guard = guard
+        self.say = say
+        self.investigation: Investigation | None = None
+        self.investigations = 0
+        self.findings: list[Finding] = []
+        self.treatments: list[Treatment] = []
+        self.notes: list[str] = []
+        self.forensic_seconds = 0.0
+        self.remedy_seconds = 0.0
+        self._tried: dict[tuple[str, str, str | None], set[str]] = {}
+        self._step = 0
+        self._context: Mapping[str, Any] = {}
+        self._step_seconds = 0.0
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to do on unsampled steps: no remedy acting, no investigation open."""
+        return not self.treatments and self.investigation is None
+
+    # --- called by the doctor -------------------------------------------------------------------
+
+    def treat_step(self, step: int, context: Mapping[str, Any], step_seconds: float) -> None:
+        """Let every active remedy act on this step."""
+        self._step, self._context, self._step_seconds = step, context, step_seconds
+        start = time.perf_counter()
+        for treatment in list(self.treatments):
+            part = f"remedy {treatment.remedy.name}"
+            self.guard.call(part, treatment.remedy.on_step, self._context_for(treatment.finding))
+            if part in self.guard.off:
+                self.treatments.remove(treatment)
+                outcome = treatment.finding.remedy
+                if outcome is not None:
+                    outcome.effective, outcome.error = False, self._error(part)
+                self.monitor.quiet(treatment.finding.explains)
+        self.remedy_seconds += time.perf_counter() - start
+
+    def after_sample(self, step: int, completed: Mapping[str, list[int]], context: Mapping[str, Any],
+                     step_seconds: float) -> None:
+        """Move the pipeline on after a sample: the open investigation, verification, new suspicion."""
+        self._step, self._context, self._step_seconds = step, context, step_seconds
+        if self.investigation is not None:
+            self._timed(self.investigation.tick, step)
+            if self.investigation.due(step):
+                self._timed(self._conclude)
+        self._verify()
+        if self.investigation is None and completed:
+            suspects = {m: t for m, levels in completed.items() if (t := self.monitor.suspicion(m, levels))}
+            if suspects:
+                self._timed(self._investigate, suspects)
+
+    def conclude_pending(self, step: int) -> None:
+        """At the end of the run: conclude an investigation that got far enough, verify what can be."""
+        self._step = step
+        if self.investigation is not None:
+            if step - self.investigation.start_step >= self.investigation.length // 2:
+                self._conclude()
+            else:
+                self.investigation.abort(step)
+                self.investigation = None
+        self._verify(minimum=3)
+
+    def restore(self, findings: list[Finding], notes: list[str]) -> None:
+        """Go on from a resumed run's findings and notes."""
+        self.findings, self.notes = findings, notes
+
+    # --- investigate and diagnose -----------------------------------------------------------------
+
+    def _timed(self, fn: Callable[..., None], *args: Any) -> None:
+        start = time.perf_counter()
+        fn(*args)
+        self.forensic_seconds += time.perf_counter() - start
+
+    def _investigate(self, suspects: dict[str, Any]) -> None:
+        self.monitor.busy(suspects)
+        self.investigations += 1
+        ladder = [c for c in self.practice.cleanups if c.in_ladder]
+        self.investigation = Investigation(suspects, self._step, self.settings.investigate_steps,
+                                           self.practice.forensics, ladder, self.practice.read, self.guard)
+
+    def _conclude(self) -> None:
+        investigation, self.investigation = self.investigation, None
+        assert investigation is not None
+        specs: dict[str, MetricSpec] = {m: s.spec for m, s in self.monitor.series.items()}
+        evidence = investigation.finish(self._step, self.monitor.trends(), specs, self.settings.remedies)
+        findings = diagnose(evidence, self.practice.rules, self.guard)
+        self.notes += unexplained_notes(evidence, findings)
+        explained: set[str] = set()
+        for found in findings:
+            finding = self._record(found)
+            explained.update(finding.explains)
+            if self._treat(finding):
+                continue
+            if finding.benign:
+                self.monitor.cool(finding.explains, self._step)
+            else:
+                self.monitor.quiet(finding.explains)
+        self.monitor.cool(set(investigation.suspects) - explained, self._step)
+
+    def _record(self, found: Finding) -> Finding:
+        """Add a new finding, or refresh the one with the same cause and place."""
+        for finding in self.findings:
+            if finding.key == found.key:
+                if finding.remedy and finding.remedy.effective:
+                    finding.remedy.effective = False
+                    self.notes.append(f"step {self._step}: {finding.cause} on {finding.metric} came back "
+                                      f"after {finding.remedy.name}")
+                finding.rate_per_step, finding.detected_step = found.rate_per_step, found.detected_step
+                finding.evidence, finding.subject = found.evidence, found.subject
+                return finding
+        self.findings.append(found)
+        self.say(f"step {self._step}: {'benign ' if found.benign else ''}{found.cause} on {found.metric} "
+                 f"({format_value(found.rate_per_step, found.unit)}/step)"
+                 + (f" at {found.location}" if found.location else ""))
+        return found
+
+    # --- treat and verify -------------------------------------------------------------------------
+
+    def _context_for(self, finding: Finding) -> RemedyContext:
+        return RemedyContext(finding, self.practice.targets, self._step, self._context, self._step_seconds,
+                             self.practice.cleanups)
+
+    def _treat(self, finding: Finding) -> bool:
+        """Start the first allowed, applicable remedy not yet tried on this finding."""
+        tried = self._tried.setdefault(finding.key, set())
+        for name in self.settings.remedies:
+            part = f"remedy {name}"
+            remedy_class = None if name in tried else self.guard.call(part, remedies.load, name)
+            if remedy_class is None or finding.cause not in remedy_class.treats:
+                continue
+            remedy = self.guard.call(part, remedy_class)
+            ctx = self._context_for(finding)
+            if remedy is None or not self.guard.call(part, remedy.applicable, ctx, default=False):
+                continue
+            tried.add(name)
+            detail = self.guard.call(part, remedy.apply, ctx)
+            if part in self.guard.off:
+                finding.remedy = RemedyOutcome(name, self._step, effective=False, error=self._error(part))
+                continue
+            finding.remedy = RemedyOutcome(name, self._step, detail=detail or "")
+            self.treatments.append(Treatment(remedy, finding, self._step))
+            self.monitor.busy(finding.explains)
+            self.say(f"step {self._step}: applied {name} for {finding.cause}" + (f": {detail}" if detail else ""))
+            return True
+        return False
+
+    def _verify(self, minimum: int | None = None) -> None:
+        for treatment in list(self.treatments):
+            if treatment.verified or self.monitor.windows_since(treatment.finding.metric, treatment.since) < (
+                    minimum or self.settings.verify_windows):
+                continue
+            self._judge(treatment)
+
+    def _judge(self, treatment: Treatment) -> None:
+        finding, remedy = treatment.finding, treatment.remedy
+        outcome = finding.remedy
+        assert outcome is not None
+        after = self.monitor.trend_since(finding.metric, treatment.since)
+        series = self.monitor.series[finding.metric]
+        if after.growing and not is_material(series.spec.unit, after.slope, series.end or 0.0, self.settings.horizon,
+                                             series.spec.limit):
+            after = dataclasses.replace(after, kind="flat")  # what is left is too small to be a leak
+        worked = bool(self.guard.call(f"remedy {remedy.name}", remedy.worked, finding.rate_per_step, after,
+                                      default=False))
+        outcome.effective, outcome.rate_after = worked, after.slope
+        treatment.verified = True
+        self.say(f"step {self._step}: {remedy.name} {'worked' if worked else 'did NOT work'} on {finding.cause} "
+                 f"({format_value(finding.rate_per_step, finding.unit)}/step before, "
+                 f"{format_value(after.slope, finding.unit)}/step after)")
+        if worked:
+            self.monitor.watch(finding.explains, since=self._step)
+            return
+        self.treatments.remove(treatment)
+        if self.guard.call(f"remedy {remedy.name}", remedy.undo, self._context_for(finding), default=False):
+            outcome.detail += "; undone"
+        self.notes.append(f"step {self._step}: {remedy.name} did not stop {finding.cause} on {finding.metric}")
+        if not self._treat(finding):
+            self.monitor.quiet(finding.explains)
+
+    def _error(self, part: str) -> str:
+        return next((e["error"] for e in reversed(self.guard.errors) if e["part"] == part), "failed")
