@@ -17,12 +17,13 @@ from functools import partial
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from leakdoctor import __version__, report
-from leakdoctor.clinic import Clinic, Practice
+from leakdoctor.clinic import FORENSIC_BUDGET, Clinic, Practice
 from leakdoctor.diagnosis import GENERIC_RULES
 from leakdoctor.guard import Guard
-from leakdoctor.integrations import UNITS, Integration, MetricSpec, Probe, process, python
+from leakdoctor.integrations import UNITS, Integration, MetricSpec, process, python
 from leakdoctor.monitor import Monitor
 from leakdoctor.pacing import Pacer
+from leakdoctor.probing import Probes
 from leakdoctor.remedies.base import Remedy
 from leakdoctor.settings import Settings
 from leakdoctor.summary import Finding, Summary
@@ -30,21 +31,8 @@ from leakdoctor.summary import Finding, Summary
 STEP_TIME = "step_seconds"
 STEP_CPU = "step_cpu_seconds"
 STATE_SCHEMA = "leakdoctor.state/1"
-
-
-class _Scheduled:
-    """A probe read on every `probe.every`-th sample."""
-
-    def __init__(self, probe: Probe) -> None:
-        self.probe = probe
-        self._countdown = 0
-
-    def due(self) -> bool:
-        self._countdown -= 1
-        if self._countdown > 0:
-            return False
-        self._countdown = max(1, self.probe.every)
-        return True
+#: Samples whose mean cost the pacer gets at once (pacing each sample would cost a good part of one).
+PACE_EVERY = 4
 
 
 class LeakDoctor:
@@ -85,20 +73,21 @@ class LeakDoctor:
         self._watchlist = python.Watchlist(self._guard)
         parts = [process.integration(self.settings.memory_limit, self.settings.overhead),
                  python.integration(self._watchlist), *integrations]
-        self._probes = [_Scheduled(p) for part in parts for p in part.probes]
+        self._probes = Probes([p for part in parts for p in part.probes], {
+            name: MetricSpec(name, "seconds", role="supporting", source="process") for name in (STEP_TIME, STEP_CPU)},
+            self._guard)
         self.targets: dict[str, Any] = {k: v for part in parts for k, v in part.targets.items()}
         self._monitor = Monitor(self.settings)
-        self._specs = {name: MetricSpec(name, "seconds", role="supporting", source="process")
-                       for name in (STEP_TIME, STEP_CPU)}
         practice = Practice(forensics=[f for part in parts for f in part.forensics],
                             cleanups=[c for part in parts for c in part.cleanups],
                             rules=[r for part in parts for r in part.rules] + GENERIC_RULES,
-                            targets=self.targets, read=self._read_now)
+                            targets=self.targets, read=self._probes.read_all)
         self._clinic = Clinic(self.settings, self._monitor, practice, self._guard, self._say)
         self._step = 0
         self._context: Mapping[str, Any] = {}
-        self._sampler = Pacer(budget=self.settings.overhead, maximum=256)
+        self._sampler = Pacer(budget=self.settings.overhead)
         self._countdown = 1
+        self._costs, self._costed = 0.0, 0  # samples' cost not yet handed to the pacer
         self._idle = True
         self._sampled_step = 0
         self._busy_since_sample = 0.0
@@ -115,7 +104,7 @@ class LeakDoctor:
 
     def watch(self, name: str, gauge: Callable[[], float], unit: str = "count") -> None:
         """Track a user gauge every step, e.g. `doctor.watch("nodes", lambda: len(graph.nodes))`."""
-        if not isinstance(name, str) or not name or name in self._specs or self._watchlist.has(name):
+        if not isinstance(name, str) or not name or name in (STEP_TIME, STEP_CPU) or self._watchlist.has(name):
             raise ValueError(f"watch: name {name!r} must be a new, non-empty string")
         if not callable(gauge):
             raise ValueError(f"watch({name!r}): gauge must be a callable returning a number, got {gauge!r}")
@@ -162,10 +151,7 @@ class LeakDoctor:
             self._guard.disable("leakdoctor", f"{type(err).__name__}: {err}")
         end = time.perf_counter()
         self._probe_seconds += (end - start) - (clinic.forensic_seconds + clinic.remedy_seconds - elsewhere)
-        if sampled:
-            self._sample_end, self._busy_since_sample, self._cpu_mark = end, 0.0, time.process_time()
-        else:
-            self._busy_since_sample += end - start
+        self._busy_since_sample += end - start
         self._idle = clinic.idle
 
     def finish(self, exception: BaseException | None = None) -> Summary:
@@ -241,53 +227,39 @@ class LeakDoctor:
 
     def _sample(self, start: float) -> None:
         """Read the due probes, record, and hand the completed windows to the clinic."""
-        begin = time.perf_counter()  # the sample's cost leaves out the remedies that ran before it
+        begin = time.thread_time()  # the sample's cost leaves out the remedies that ran before it
         clinic = self._clinic
         investigating = clinic.investigation is not None
-        wall, cpu = self._account_user_time(start)
         forensic_before = clinic.forensic_seconds
-        readings = self._read()
+        readings = self._probes.read_due()
         if not investigating:
-            readings[STEP_TIME], readings[STEP_CPU] = wall, cpu
-            self._step_ema = wall if not self._step_ema else 0.9 * self._step_ema + 0.1 * wall
-        completed = self._monitor.record(self._step, readings, self._specs.__getitem__)
+            readings[STEP_TIME], readings[STEP_CPU] = self._account_user_time(start)
+        completed = self._monitor.record(self._step, readings, self._probes.spec)
         if completed or not clinic.idle:
-            clinic.after_sample(self._step, completed, self._context, self._step_ema)
-        if not investigating:  # an investigation samples every step, and tracing makes those samples dear
-            cost = time.perf_counter() - begin - (clinic.forensic_seconds - forensic_before)
-            self._countdown = self._sampler.update(cost, self._step_ema)
+            clinic.after_sample(self._step, completed, self._context, self._step_ema, self._user_seconds)
+        # The pacer gets the sample's CPU time in this thread (a busy machine's other processes do not
+        # inflate it), leaving out investigations, which sample every step and have a budget of their own.
+        if not investigating and clinic.forensic_seconds == forensic_before:
+            self._costs += time.thread_time() - begin
+            self._costed += 1
+            if self._costed == PACE_EVERY:
+                self._sampler.update(self._costs / PACE_EVERY, self._step_ema)
+                self._costs, self._costed = 0.0, 0
+        self._countdown = self._sampler.every
 
     def _account_user_time(self, now: float) -> tuple[float, float]:
         """Add the user's time since the last sample to the total; return it per step, as wall time and
-        as this process's CPU time (which other processes on a busy machine do not inflate)."""
+        as this process's CPU time (which other processes on a busy machine do not inflate). The doctor's
+        own time since the last sample, CPU-bound, is taken off both."""
         steps = max(1, self._step - self._sampled_step)
+        cpu_now = time.process_time()
         user = max(0.0, now - self._sample_end - self._busy_since_sample)
-        cpu = max(0.0, time.process_time() - self._cpu_mark - self._busy_since_sample)
+        cpu = max(0.0, cpu_now - self._cpu_mark - self._busy_since_sample)
         self._user_seconds += user
-        self._sampled_step = self._step
-        return user / steps, cpu / steps
-
-    def _read(self) -> dict[str, float]:
-        """Readings of the due probes."""
-        return self._read_probes([(s.probe, s.probe.read) for s in self._probes if s.due()])
-
-    def _read_now(self) -> dict[str, float]:
-        """Fresh readings of every probe, also those that throttle themselves (the cleanup ladder's)."""
-        return self._read_probes([(s.probe, getattr(s.probe, "read_now", s.probe.read)) for s in self._probes])
-
-    def _read_probes(self, reads: list[tuple[Probe, Callable[[], Mapping[str, float]]]]) -> dict[str, float]:
-        """Call each probe's read; a probe that raises is switched off, once."""
-        readings: dict[str, float] = {}
-        for probe, read in reads:
-            try:
-                for metric, value in read().items():
-                    if metric not in self._specs:
-                        self._specs[metric] = probe.spec(metric)
-                    readings[metric] = value
-            except Exception as err:  # noqa: BLE001 - a failing probe must not end the user's run
-                self._probes = [s for s in self._probes if s.probe is not probe]
-                self._guard.disable(f"probe {probe.name}", f"{type(err).__name__}: {err}")
-        return readings
+        self._sampled_step, self._sample_end, self._cpu_mark, self._busy_since_sample = self._step, now, cpu_now, 0.0
+        wall = user / steps
+        self._step_ema = wall if not self._step_ema else 0.9 * self._step_ema + 0.1 * wall
+        return wall, cpu / steps
 
     # --- the end ---------------------------------------------------------------------------------
 
@@ -323,6 +295,10 @@ class LeakDoctor:
             "step_seconds": self._user_seconds,
             "fraction_of_step_time": self._probe_seconds / step_time if step_time else 0.0,
             "investigations": clinic.investigations,
+            "investigations_deferred": clinic.deferred,
+            "forensic_budget": FORENSIC_BUDGET,
+            "sample_stride": self._sampler.every,
+            "latency_steps": report.latency_steps(self.settings, self._sampler.every),
         }
 
     def _emit(self, summary: Summary) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from leakdoctor.detect import classify, is_material, steps_to_limit, theil_sen
+from leakdoctor.detect import SCALES, classify, is_material, steps_to_limit, theil_sen
 from leakdoctor.monitor import Monitor
 from leakdoctor.settings import Settings
 from leakdoctor.summary import Finding, SeriesSummary
@@ -88,3 +88,10 @@ def projection(findings: list[Finding], monitor: Monitor, step: int) -> int | No
 def settings_record(settings: Settings, sample_stride: int) -> dict[str, Any]:
     return {"remedies": list(settings.remedies), "warmup": settings.warmup, "window": settings.window,
             "horizon": settings.horizon, "memory_limit": settings.memory_limit, "sample_stride": sample_stride}
+
+
+def latency_steps(settings: Settings, stride: int) -> int:
+    """Steps a fast leak needs to be found when every `stride`-th step is sampled: the shortest scale's
+    windows of minima (a window spans at least one sample), one more for the last to close, and an
+    investigation."""
+    return max(settings.window, stride) * (SCALES[0] + 1) + settings.investigate_steps

@@ -250,9 +250,7 @@ def container_rule(watchlist: Watchlist) -> Rule:
                 continue
             container = watchlist.container(metric)
             held = new_items_bytes(container, int(ev.growth(metric)))
-            explains = [metric]
-            if "rss_bytes" in ev.confirmed and held >= 0.3 * ev.growth("rss_bytes"):
-                explains.append("rss_bytes")
+            explains = [metric] + (["rss_bytes"] if _holds_the_rss_growth(ev, held) else [])
             name = spec.where.split(" (")[0] if spec.where else metric
             found.append(ev.finding(
                 "container_growth", metric, location=spec.where, explains=tuple(explains), subject=container,
@@ -263,6 +261,18 @@ def container_rule(watchlist: Watchlist) -> Rule:
         return found
 
     return Rule(50, container_growth)
+
+
+def _holds_the_rss_growth(ev: Evidence, held: float) -> bool:
+    """Do a container's new items account for resident memory's growth? Judged on the window's growth
+    when resident memory was a suspect too, else on its trend so far (it may not be significant yet, and
+    would be reported again as python_objects at the line that appends)."""
+    if held <= 0:
+        return False
+    if "rss_bytes" in ev.confirmed:
+        return held >= 0.3 * ev.growth("rss_bytes")
+    trend = ev.trends.get("rss_bytes")
+    return trend is not None and held >= 0.3 * max(trend.slope, 0.0) * ev.steps
 
 
 def step_time_note(ev: Evidence) -> str:
