@@ -143,7 +143,8 @@ class Clinic:
         investigation, self.investigation = self.investigation, None
         assert investigation is not None
         specs: dict[str, MetricSpec] = {m: s.spec for m, s in self.monitor.series.items()}
-        evidence = investigation.finish(self._step, self.monitor.trends(), specs, self.settings.remedies)
+        evidence = investigation.finish(self._step, self.monitor.trends(), specs, self.settings.remedies,
+                                         self.settings.horizon)
         findings = diagnose(evidence, self.practice.rules, self.guard)
         self.notes += unexplained_notes(evidence, findings)
         explained: set[str] = set()

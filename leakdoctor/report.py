@@ -11,12 +11,13 @@ import numpy as np
 from leakdoctor.detect import SCALES, classify, is_material, steps_to_limit, theil_sen
 from leakdoctor.monitor import Monitor
 from leakdoctor.settings import Settings
-from leakdoctor.summary import Finding, SeriesSummary
+from leakdoctor.summary import Finding, SeriesSummary, format_value
 
 
 def final_findings(findings: list[Finding], monitor: Monitor, settings: Settings) -> tuple[list[Finding], list[str]]:
-    """Copies of the findings with rates refit over the whole run; growth that stopped on its own
-    (no remedy) is dropped from the findings and noted instead."""
+    """Copies of the findings with rates refit over the whole run. Without an effective remedy, a growth
+    that stopped (a cache that filled) or whose whole-run rate no longer matters over the horizon is
+    dropped from the findings and noted instead, so the verdict does not depend on when the run looked."""
     final, notes = [], []
     for finding in findings:
         copy = dataclasses.replace(finding, remedy=dataclasses.replace(finding.remedy) if finding.remedy else None)
@@ -30,15 +31,32 @@ def final_findings(findings: list[Finding], monitor: Monitor, settings: Settings
             if copy.remedy is None and stopped(finding, monitor, settings):
                 notes.append(stopped_note(finding, findings))
                 continue
+            if not finding.benign and not _material(copy, series, settings):
+                notes.append(f"{finding.metric} grew {format_value(copy.rate_per_step, finding.unit)}/step over the "
+                             f"run ({finding.cause}): too little to matter over {settings.horizon} steps, not a leak")
+                continue
         final.append(copy)
     return final, notes
 
 
+def _material(finding: Finding, series: Any, settings: Settings) -> bool:
+    """Does the finding's whole-run rate still matter over the horizon? Counts are judged by what they
+    hold when the diagnosis was made (container_growth checks bytes and step time), so only bytes and
+    seconds are judged again here."""
+    if finding.unit == "count":
+        return True
+    return is_material(finding.unit, finding.rate_per_step, series.end or 0.0, settings.horizon, series.spec.limit)
+
+
 def stopped(finding: Finding, monitor: Monitor, settings: Settings) -> bool:
-    """Did the growth stop by itself after detection (enough windows, and no significant trend)?"""
-    if monitor.windows_since(finding.metric, finding.detected_step) < 2 * settings.verify_windows:
+    """Did the growth stop by itself after detection? Judged on the last 2 * verify_windows windows (a
+    cache that went on filling for a while after detection and then stayed bounded has stopped)."""
+    needed = 2 * settings.verify_windows
+    if monitor.windows_since(finding.metric, finding.detected_step) < needed:
         return False
-    after = monitor.trend_since(finding.metric, finding.detected_step)
+    series = monitor.series[finding.metric]
+    recent = max(finding.detected_step, series.end_step - needed * settings.window)
+    after = monitor.trend_since(finding.metric, recent)
     return not after.growing and after.slope <= 0.25 * finding.rate_per_step
 
 
