@@ -70,6 +70,15 @@ def test_lightning_outputs_kept_are_found_and_sigterm_is_left_to_lightning(tmp_p
     assert any(note.startswith("the run ended with SIGTERMException") for note in summary["notes"]), summary["notes"]
 
 
+def test_lightning_ddp_ranks_started_by_lightning_run_under_the_doctor_too(tmp_path):
+    """Lightning starts rank 1 as a subprocess running the script; it runs under `leakdoctor run` with the
+    same options, so rank 0's callback gathers both ranks (without rank 1's callback it would wait forever)."""
+    summary, result = leak_run(tmp_path, "lightning_outputs.py", "100", "2")
+    assert result.returncode == 0 and "rank 0 trained 100 steps" in result.stdout, result.stderr
+    assert [(r["rank"], r["verdict"]) for r in summary["ranks"]] == [(0, "leak"), (1, "leak")], summary["ranks"]
+    assert all(f["cause"] == "retained_graph" for r in summary["ranks"] for f in r["findings"])
+
+
 def test_keras_models_built_in_a_loop_are_found_across_fit_calls(tmp_path):
     summary, result = leak_run(tmp_path, "keras_models_in_a_loop.py", "20", options=("-o", "memory_limit=4GiB"),
                                KERAS_BACKEND="torch")

@@ -1,5 +1,6 @@
 """A LightningModule that keeps every loss, graph and all, in self.outputs (run by tests/test_run.py under
-`leakdoctor run`, unedited)."""
+`leakdoctor run`, unedited). `lightning_outputs.py STEPS [DEVICES]`: more than one device trains with
+DDP on CPU, Lightning starting the other ranks as subprocesses."""
 
 import logging
 import sys
@@ -32,10 +33,11 @@ class Leaky(L.LightningModule):
 
 if __name__ == "__main__":
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 150
+    devices = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     L.seed_everything(0, verbose=False)
     x = torch.randn(steps * 32, 32)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x[:, :1]), batch_size=32)
-    trainer = L.Trainer(max_steps=steps, logger=False, accelerator="cpu", devices=1, enable_progress_bar=False,
-                        enable_model_summary=False, enable_checkpointing=False)
+    trainer = L.Trainer(max_steps=steps, logger=False, accelerator="cpu", devices=devices, enable_progress_bar=False,
+                        enable_model_summary=False, enable_checkpointing=False, strategy="ddp" if devices > 1 else "auto")
     trainer.fit(Leaky(), data)
-    print(f"trained {trainer.global_step} steps")
+    print(f"rank {trainer.global_rank} trained {trainer.global_step} steps")
