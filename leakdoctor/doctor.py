@@ -16,7 +16,7 @@ import weakref
 from functools import partial
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
-from leakdoctor import __version__, report
+from leakdoctor import __version__, exporter, report, termination
 from leakdoctor.clinic import FORENSIC_BUDGET, Clinic, Practice
 from leakdoctor.diagnosis import GENERIC_RULES
 from leakdoctor.guard import Guard
@@ -43,6 +43,8 @@ class LeakDoctor:
     remedies: "off" (detect and recommend), "safe" (semantics-preserving remedies), "all", or a list of
     remedy names. warmup: steps ignored at the start. window: steps per detection window (a leak is
     suspected after 6 windows of growth). horizon: steps over which a growth must matter. memory_limit: bytes or "8GiB" (default: RAM or cgroup limit).
+    prometheus_port: serve the series and findings on http://127.0.0.1:PORT/metrics (+ LOCAL_RANK; 0: any
+    free port); prometheus_host: another address to bind, only when you name one.
     """
 
     framework: ClassVar[str] = "python"
@@ -63,12 +65,15 @@ class LeakDoctor:
         overhead: float = 0.005,
         verbose: bool = True,
         rank: int = 0,
+        prometheus_port: int | None = None,
+        prometheus_host: str | None = None,
         integrations: Sequence[Integration] = (),
     ) -> None:
         self.settings = Settings.create(
             remedies=remedies, warmup=warmup, window=window, horizon=horizon, memory_limit=memory_limit,
             alpha=alpha, investigate_steps=investigate_steps, verify_windows=verify_windows, overhead=overhead,
-            summary_path=summary_path, plot_path=plot_path, verbose=verbose, rank=rank)
+            summary_path=summary_path, plot_path=plot_path, verbose=verbose, rank=rank,
+            prometheus_port=prometheus_port, prometheus_host=prometheus_host)
         self._guard = Guard()
         self._watchlist = python.Watchlist(self._guard)
         parts = [process.integration(self.settings.memory_limit, self.settings.overhead),
@@ -99,6 +104,8 @@ class LeakDoctor:
         self._result: Summary | None = None
         self._atexit = partial(_finish_at_exit, weakref.ref(self))
         atexit.register(self._atexit)
+        self._publisher = exporter.publisher_for(self.settings, self.framework, self._guard)
+        termination.register(self)  # finished on SIGTERM; kept reachable until finish()
 
     # --- what users call -------------------------------------------------------------------------
 
@@ -160,6 +167,7 @@ class LeakDoctor:
         if self._result is not None:
             return self._result
         atexit.unregister(self._atexit)
+        termination.unregister(self)
         if exception is not None:
             self._clinic.notes.append(f"the run ended with {type(exception).__name__} at step {self._step}")
         self._account_user_time(time.perf_counter())
@@ -169,6 +177,8 @@ class LeakDoctor:
         summary = self._guard.call("complete summary", self._complete, summary, exception) or summary
         self._result = summary
         self._emit(summary)
+        if self._publisher is not None:
+            self._guard.call("prometheus", self._publisher.close)
         return summary
 
     def _complete(self, summary: Summary, exception: BaseException | None) -> Summary:
@@ -246,6 +256,14 @@ class LeakDoctor:
                 self._sampler.update(self._costs / PACE_EVERY, self._step_ema)
                 self._costs, self._costed = 0.0, 0
         self._countdown = self._sampler.every
+        if self._publisher is not None:
+            self._guard.call("prometheus", self._publish)
+
+    def _publish(self) -> None:
+        """Hand the exporter what this sample left: readings, findings, projection, overhead."""
+        findings = self._clinic.findings
+        self._publisher.publish(self._step, self.readings, findings,
+                                report.projection(findings, self._monitor, self._step), self._overhead())
 
     def _account_user_time(self, now: float) -> tuple[float, float]:
         """Add the user's time since the last sample to the total; return it per step, as wall time and
