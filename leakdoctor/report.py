@@ -25,13 +25,14 @@ def final_findings(findings: list[Finding], monitor: Monitor, settings: Settings
         if series is not None and not (copy.remedy and copy.remedy.effective):
             until = copy.remedy.applied_step if copy.remedy else None
             steps, values = series.history(since=finding.first_step - 1, until=until)
-            if len(values) >= 2 * settings.window:
+            refit = len(values) >= 2 * settings.window
+            if refit:
                 rate, low, high = theil_sen(steps, values)
                 copy.rate_per_step, copy.rate_interval = rate, (low, high)
             if copy.remedy is None and stopped(finding, monitor, settings):
                 notes.append(stopped_note(finding, findings))
                 continue
-            if not finding.benign and not _material(copy, series, settings):
+            if refit and not finding.benign and not _material(copy, series, settings):
                 notes.append(f"{finding.metric} grew {format_value(copy.rate_per_step, finding.unit)}/step over the "
                              f"run ({finding.cause}): too little to matter over {settings.horizon} steps, not a leak")
                 continue
@@ -40,12 +41,16 @@ def final_findings(findings: list[Finding], monitor: Monitor, settings: Settings
 
 
 def _material(finding: Finding, series: Any, settings: Settings) -> bool:
-    """Does the finding's whole-run rate still matter over the horizon? Counts are judged by what they
-    hold when the diagnosis was made (container_growth checks bytes and step time), so only bytes and
-    seconds are judged again here."""
+    """Could the finding's whole-run rate matter over the horizon? Judged on the upper end of the rate's
+    confidence interval, so only a growth that is immaterial with confidence (a long, tight history) is
+    dropped; a short, noisy history keeps its finding. Counts are judged by what they hold when the
+    diagnosis was made (container_growth checks bytes and step time), so only bytes and seconds are
+    judged again here."""
     if finding.unit == "count":
         return True
-    return is_material(finding.unit, finding.rate_per_step, series.end or 0.0, settings.horizon, series.spec.limit)
+    high = finding.rate_interval[1] if finding.rate_interval else finding.rate_per_step
+    return is_material(finding.unit, max(high, finding.rate_per_step), series.end or 0.0, settings.horizon,
+                       series.spec.limit)
 
 
 def stopped(finding: Finding, monitor: Monitor, settings: Settings) -> bool:
