@@ -179,9 +179,9 @@ class LeakDoctor:
         else:
             self._busy_since_sample += end - start
         self._idle = clinic.idle
-        if sampled and clinic.findings:
+        if sampled:  # on every sample, so that the watch knows how far apart samples are
             self._guard.call("limit watch", self._limit_watch.check, self._step, clinic.findings, self._monitor,
-                             lambda: self.summary)
+                             self._summary_now)
 
     def finish(self, exception: BaseException | None = None) -> Summary:
         """End the run: conclude what is pending, build the summary, write, plot and print it. Safe to
@@ -210,6 +210,9 @@ class LeakDoctor:
     @property
     def summary(self) -> Summary:
         """The final summary after `finish()`, else a snapshot of the run so far."""
+        return self._summary_now()
+
+    def _summary_now(self) -> Summary:
         if self._result is not None:
             return self._result
         return self._guard.call("summary", self._build_summary) or self._bare_summary()

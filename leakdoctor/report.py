@@ -4,7 +4,7 @@ the run's state and return new objects, so a snapshot in the middle of a run cha
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -72,8 +72,7 @@ def series_summary(monitor: Monitor, name: str, settings: Settings) -> SeriesSum
     return SeriesSummary(series.spec.unit, start, end, float(series.peak), slope, kind, series.points)
 
 
-@dataclasses.dataclass(frozen=True)
-class Projection:
+class Projection(NamedTuple):
     """Where one leak takes one metric it explains: `level` now, growing at `rate`, reaches `limit` at `step`."""
 
     finding: Finding

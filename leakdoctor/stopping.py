@@ -49,26 +49,29 @@ class LimitWatch:
         self._last_check: int | None = None
 
     def check(self, step: int, findings: list[Finding], monitor: Monitor, summary: Callable[[], Any]) -> None:
-        """Look at the threats now; warn or act."""
+        """Called on every sample: look at the threats now; warn or act."""
         gap = step - self._last_check if self._last_check is not None else 1
         self._last_check = step
-        if self._acted:
+        if self._acted or not findings:
             return
-        threats = [p for p in report.projections(findings, monitor, step, verifying=False)
-                   if self._material(p, monitor) and still_growing(monitor, p)]
-        if not threats:
-            return
-        first = min(threats, key=lambda p: p.step)
-        left = first.step - step
+        threats = [p for p in report.projections(findings, monitor, step, verifying=False) if self._material(p, monitor)]
         margin = self.margin(step, gap)
-        if left <= margin:
-            self._acted = True
-            self._act(first, step, margin, summary)
-        elif left <= self.settings.horizon and (self._warned_left is None or left <= CLOSER * self._warned_left):
+        for threat in sorted(threats, key=lambda p: p.step):  # the nearest that still grows
+            left = threat.step - step
+            closer = left <= self.settings.horizon and (self._warned_left is None or left <= CLOSER * self._warned_left)
+            if left > margin and not closer:
+                return  # nothing due now, and the others are farther
+            if not still_growing(monitor, threat):
+                continue
+            if left <= margin:
+                self._acted = True
+                self._act(threat, step, margin, summary)
+                return
             self._warned_left = left
-            advice = (f"the run will be stopped about {margin} steps before" if self.settings.on_limit == "stop" else
+            advice = ("on_limit='stop' will end the run before then" if self.settings.on_limit == "stop" else
                       "on_limit='stop' would end the run with a checkpoint before then")
-            warn(f"{self.describe(first, step)}; {advice}")
+            warn(f"{self.describe(threat, step)}; {advice}")
+            return
 
     def margin(self, step: int, gap: int) -> int:
         """The margin in steps at this step: limit_margin's steps, or its fraction of the steps so far;

@@ -306,3 +306,16 @@ def test_oom_snapshot_on_cpu_records_nothing_and_says_so(tmp_path):
     summary = doctor.finish(MemoryError("out of memory"))
     assert summary.oom is not None and "snapshot" not in summary.oom and not path.exists()
     assert any(n.startswith(f"oom_snapshot={str(path)!r}: CUDA is not available") for n in summary.notes)
+
+
+def test_every_loop_doctor_takes_the_on_limit_options_and_starts_not_stopped():
+    from leakdoctor.callbacks.flax import LeakDoctor as FlaxDoctor
+    from leakdoctor.callbacks.mlx import LeakDoctor as MlxDoctor
+    from leakdoctor.callbacks.torch import LeakDoctor as TorchDoctor
+
+    for make in (LeakDoctor, TorchDoctor, FlaxDoctor, MlxDoctor):
+        doctor = make(on_limit="stop", limit_margin=50, checkpoint=lambda: "saved", verbose=False)
+        for _ in range(30):
+            doctor.step()
+        assert doctor.should_stop is False and doctor.settings.on_limit == "stop", make
+        assert doctor.finish().stopped is None

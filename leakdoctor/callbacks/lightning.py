@@ -31,7 +31,6 @@ from typing import Any, Callable
 from leakdoctor.callbacks.torch import LeakDoctor
 from leakdoctor.guard import Guard
 from leakdoctor.settings import Settings
-from leakdoctor.stopping import warn
 
 _PACKAGES = ("lightning.pytorch", "pytorch_lightning")
 
@@ -69,10 +68,7 @@ class _Hooks:
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
         options = {**self._options, "rank": trainer.global_rank}
-        if options.get("on_limit") == "stop":
-            if trainer.world_size > 1:
-                warn("leakdoctor: on_limit='stop' acts as 'warn' under DDP: one rank cannot stop alone")
-                options["on_limit"] = "warn"
+        if options.get("on_limit") == "stop":  # (under DDP the torch doctor makes it "warn")
             options["checkpoint"] = _saver(trainer, options.get("checkpoint"), self._guard)
         self.doctor = self._guard.call("start", LightningDoctor, model=pl_module, optimizer=optimizer,
                                        watch_model=self.watch_module, **options)
