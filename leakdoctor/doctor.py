@@ -54,7 +54,8 @@ class LeakDoctor:
 
     remedies: "off" (detect and recommend), "safe" (semantics-preserving remedies), "all", or a list of
     remedy names. warmup: steps ignored at the start. window: steps per detection window (a leak is
-    suspected after 6 windows of growth). horizon: steps over which a growth must matter. memory_limit: bytes or "8GiB" (default: RAM or cgroup limit).
+    suspected after 6 windows of growth). horizon: steps over which a growth must matter. memory_limit: bytes or "8GiB"
+    (default: the tightest of RAM, the cgroup limit and RLIMIT_AS/DATA; leakdoctor/limits.py).
     on_limit: "warn", "stop" (end the run with `should_stop` after calling `checkpoint`) or a callable given
     the summary so far, when an unremedied leak is projected to reach the memory limit within
     `limit_margin` (steps, or a fraction of the steps so far; see leakdoctor/stopping.py). oom_snapshot: a

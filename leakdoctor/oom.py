@@ -128,7 +128,8 @@ class Snapshot:
         try:
             import torch
         except ImportError:
-            self.note = f"oom_snapshot={str(path)!r}: needs torch with CUDA (pip install leakdoctor[torch]); nothing recorded"
+            self.note = (f"oom_snapshot={str(path)!r}: needs torch with CUDA (pip install leakdoctor[torch]); "
+                         f"nothing recorded")
             return
         if not torch.cuda.is_available():
             self.note = f"oom_snapshot={str(path)!r}: CUDA is not available, so there is no allocator history to record"

@@ -106,12 +106,6 @@ def projections(findings: list[Finding], monitor: Monitor, step: int, verifying:
     return found
 
 
-def projection(findings: list[Finding], monitor: Monitor, step: int) -> int | None:
-    """The first step at which an unremedied leak is projected to reach its metric's limit."""
-    steps = [p.step for p in projections(findings, monitor, step)]
-    return min(steps) if steps else None
-
-
 def settings_record(settings: Settings, sample_stride: int) -> dict[str, Any]:
     return {"remedies": list(settings.remedies), "warmup": settings.warmup, "window": settings.window,
             "horizon": settings.horizon, "memory_limit": settings.memory_limit, "sample_stride": sample_stride}

@@ -54,7 +54,8 @@ class LimitWatch:
         self._last_check = step
         if self._acted or not findings:
             return
-        threats = [p for p in report.projections(findings, monitor, step, verifying=False) if self._material(p, monitor)]
+        projected = report.projections(findings, monitor, step, verifying=False)
+        threats = [p for p in projected if self._material(p, monitor)]
         margin = self.margin(step, gap)
         for threat in sorted(threats, key=lambda p: p.step):  # the nearest that still grows
             left = threat.step - step

@@ -125,7 +125,8 @@ def lightning_fit(folder: str) -> dict:
             self.steps.append(trainer.global_step)
 
     generator = torch.Generator().manual_seed(0)
-    data = torch.utils.data.TensorDataset(torch.randn(3200, 32, generator=generator), torch.randn(3200, 1, generator=generator))
+    data = torch.utils.data.TensorDataset(torch.randn(3200, 32, generator=generator),
+                                          torch.randn(3200, 1, generator=generator))
     options = dict(accelerator="cpu", devices=1, enable_progress_bar=False, enable_model_summary=False,
                    enable_checkpointing=False, logger=False, default_root_dir=folder)
     L.seed_everything(0, verbose=False)
@@ -267,6 +268,39 @@ def test_a_cache_that_fills_and_stays_bounded_is_not_stopped():
     assert any("projected to reach the memory limit" in w for w in result["warnings"])
     assert result["last_step"] == 600 and not result["should_stop"]
     assert "stopped" not in result["summary"] and not any("stopping the run" in w for w in result["warnings"])
+
+
+class Cycle:
+    """2 MiB in a reference cycle: garbage that only the garbage collector frees."""
+
+    def __init__(self) -> None:
+        self.data = np.ones(CHUNK)
+        self.me = self
+
+
+def cycles_loop(remedies: str, steps: int = 400) -> dict:
+    """Cycles of garbage every step with the garbage collector off: a leak gc_collect can remedy."""
+    import gc
+
+    gc.disable()
+    limit = rss() + HEADROOM
+    doctor = LeakDoctor(memory_limit=limit, on_limit="stop", remedies=remedies, overhead=1.0, verbose=False)
+    for step in range(1, steps + 1):
+        Cycle()
+        doctor.step()
+        if doctor.should_stop:
+            break
+    return {"last_step": step, "summary": doctor.finish().to_dict()}
+
+
+def test_a_remedied_leak_is_not_stopped_and_the_same_leak_unremedied_is():
+    unremedied = isolated(cycles_loop, "off")["summary"]
+    remedied = isolated(cycles_loop, "safe")
+    assert unremedied["stopped"]["step"] < 400 and unremedied["verdict"] == "leak"
+    summary = remedied["summary"]
+    (finding,) = [f for f in summary["findings"] if not f["benign"]]
+    assert finding["remedy"]["name"] == "gc_collect" and finding["remedy"]["effective"] is True
+    assert remedied["last_step"] == 400 and "stopped" not in summary and summary["verdict"] == "remedied"
 
 
 # --- arguments -----------------------------------------------------------------------------------------

@@ -205,7 +205,8 @@ def test_no_oom_entry_without_an_oom(tmp_path):
 def test_the_text_summary_says_how_the_run_ended_first(kind):
     from leakdoctor.summary import Summary
 
-    entry = {"stopped": {"step": 140, "reason": "rss_bytes is projected to reach the memory limit", "checkpoint": "a.ckpt"},
+    entry = {"stopped": {"step": 140, "reason": "rss_bytes is projected to reach the memory limit",
+                         "checkpoint": "a.ckpt"},
              "oom": {"step": 70, "error": "MemoryError: Unable to allocate 8.00 MiB",
                      "growing": [{"metric": "rss_bytes", "slope_per_step": 8 * MIB, "since_step": 1, "end": 5e8}],
                      "sites": [{"location": "train.py:12", "bytes": 6e7, "count": 7, "seen_by": "tracemalloc",

@@ -288,7 +288,8 @@ class _Hooks:
             if user is not None:
                 self._guard.call("checkpoint", user)
             folder = self.settings.summary_path.parent if self.settings.summary_path else Path.cwd()
-            path = folder / f"leakdoctor-stop-fit{number}-batch{self._batches}.keras"
+            batch = self._fit.doctor.steps if self._fit and self._fit.doctor else self._batches
+            path = folder / f"leakdoctor-stop-fit{number}-batch{batch}.keras"
             self.model.save(path)  # `model`, not `_model`: on JAX it syncs the state of the running fit first
             return str(path)
 
