@@ -7,13 +7,31 @@ name its cause and place, apply a remedy when allowed, verify it, and write a le
             train_step(batch)
             doctor.step()
 
-Framework callbacks live in `leakdoctor.callbacks.<framework>`; no framework is imported here.
+Framework callbacks live in `leakdoctor.callbacks.<framework>`; no framework is imported here, and the
+names below load on first use, so `leakdoctor run` imports nothing (not even numpy) before the script
+it runs does.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-from leakdoctor.doctor import LeakDoctor  # noqa: E402
-from leakdoctor.guard import LeakDoctorWarning  # noqa: E402
-from leakdoctor.summary import Finding, Summary  # noqa: E402
-
+_EXPORTS = {"LeakDoctor": "leakdoctor.doctor", "LeakDoctorWarning": "leakdoctor.guard",
+            "Finding": "leakdoctor.summary", "Summary": "leakdoctor.summary"}
 __all__ = ["LeakDoctor", "LeakDoctorWarning", "Finding", "Summary", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'leakdoctor' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,14 +1,18 @@
-"""Command line: `leakdoctor demo [--case NAME]` and `leakdoctor report leaks.json [--plot out.png]`.
-`report` exits 1 when the summary's verdict is "leak", so a CI job can gate on it."""
+"""Command line: `leakdoctor demo [--case NAME]`, `leakdoctor report leaks.json [--plot out.png]` and
+`leakdoctor run [options] script.py [args...]` (also `python -m leakdoctor ...`).
+`report` exits 1 when the summary's verdict is "leak", so a CI job can gate on it; `run` exits with
+the script's status (or 1 for a leak with --fail-on-leak)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from typing import Any, Sequence
+
+from leakdoctor.runner import command as run_command
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> Any:
     parser = argparse.ArgumentParser(prog="leakdoctor", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run a training loop with a planted leak and fix it")
@@ -19,7 +23,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = commands.add_parser("report", help="print a saved summary (and plot it)")
     report.add_argument("summary", help="a summary JSON written by leakdoctor")
     report.add_argument("--plot", help="write a PNG of the series here")
+    run_command.configure(commands.add_parser("run", help="run a script unedited with a doctor at its training step"))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args: list[str] = []
+    if argv[:1] == ["run"]:  # everything after the script is the script's own
+        argv, script_args = run_command.split(argv)
     args = parser.parse_args(argv)
+    if args.command == "run":
+        return run_command.main(args, script_args, relaunch=argv[:-1])
     return _demo(args) if args.command == "demo" else _report(args)
 
 

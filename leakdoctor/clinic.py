@@ -24,6 +24,10 @@ from leakdoctor.remedies.base import Remedy, RemedyContext
 from leakdoctor.settings import Settings
 from leakdoctor.summary import Finding, RemedyOutcome, format_value
 
+#: Investigations (tracemalloc, gc and tensor censuses, cleanup ladders) may take this share of the run's
+#: time; the first one is always allowed, so a leak is named however short the run.
+FORENSIC_BUDGET = 0.05
+
 
 @dataclass
 class Treatment:
@@ -60,6 +64,7 @@ class Clinic:
         self.sites: list[dict[str, Any]] = []  # allocation sites the investigations saw grow (oom.py)
         self.forensic_seconds = 0.0
         self.remedy_seconds = 0.0
+        self.deferred = 0  # suspicions left for later because investigations had used their budget
         self._tried: dict[tuple[str, str, str | None], set[str]] = {}
         self._step = 0
         self._context: Mapping[str, Any] = {}
@@ -88,8 +93,9 @@ class Clinic:
         self.remedy_seconds += time.perf_counter() - start
 
     def after_sample(self, step: int, completed: Mapping[str, list[int]], context: Mapping[str, Any],
-                     step_seconds: float) -> None:
-        """Move the pipeline on after a sample: the open investigation, verification, new suspicion."""
+                     step_seconds: float, run_seconds: float) -> None:
+        """Move the pipeline on after a sample: the open investigation, verification, new suspicion (if
+        investigations have not used their share of the `run_seconds` so far)."""
         self._step, self._context, self._step_seconds = step, context, step_seconds
         if self.investigation is not None:
             self._timed(self.investigation.tick, step)
@@ -98,8 +104,12 @@ class Clinic:
         self._verify()
         if self.investigation is None and completed:
             suspects = {m: t for m, levels in completed.items() if (t := self.monitor.suspicion(m, levels))}
-            if suspects:
-                self._timed(self._investigate, suspects)
+            if not suspects:
+                return
+            if self.investigations and self.forensic_seconds > FORENSIC_BUDGET * run_seconds:
+                self.deferred += 1
+                return
+            self._timed(self._investigate, suspects)
 
     def conclude_pending(self, step: int) -> None:
         """At the end of the run: conclude an investigation that got far enough, verify what can be."""
@@ -134,7 +144,8 @@ class Clinic:
         investigation, self.investigation = self.investigation, None
         assert investigation is not None
         specs: dict[str, MetricSpec] = {m: s.spec for m, s in self.monitor.series.items()}
-        evidence = investigation.finish(self._step, self.monitor.trends(), specs, self.settings.remedies)
+        evidence = investigation.finish(self._step, self.monitor.trends(), specs, self.settings.remedies,
+                                         self.settings.horizon)
         self.sites = oom.allocation_sites(evidence.reports, self.sites, self._step)
         findings = diagnose(evidence, self.practice.rules, self.guard)
         self.notes += unexplained_notes(evidence, findings)

@@ -10,6 +10,7 @@ are rank-based, so one outlier cannot make a leak.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
@@ -66,7 +67,7 @@ def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.triu_indices(n, 1)
 
 
-def _median_of_sorted(values: np.ndarray) -> float:
+def _median_of_sorted(values: Sequence[float]) -> float:
     n = len(values)
     return float(values[(n - 1) // 2] + values[n // 2]) / 2.0
 
@@ -95,12 +96,39 @@ def _inversion_cdf(n: int) -> tuple[float, ...]:
     return tuple(np.cumsum(counts) / total)
 
 
+#: Up to this many points the statistics run in plain Python: at the 6 to 12 minima tested whenever a
+#: window closes, numpy's per-call overhead costs more than the arithmetic.
+_SMALL = 12
+
+
+def _as_list(values: Sequence[float]) -> list[float]:
+    return values.tolist() if isinstance(values, np.ndarray) else [float(v) for v in values]
+
+
+def _mann_kendall_small(y: list[float]) -> tuple[float, float]:
+    n = len(y)
+    s = 0
+    for i in range(n - 1):
+        yi = y[i]
+        for yj in y[i + 1:]:
+            s += (yj > yi) - (yj < yi)
+    ties = [c for c in Counter(y).values() if c > 1]
+    if not ties:
+        return float(s), float(_inversion_cdf(n)[(n * (n - 1) // 2 - s) // 2])
+    var = (n * (n - 1) * (2 * n + 5) - sum(t * (t - 1) * (2 * t + 5) for t in ties)) / 18.0
+    if s <= 0 or var <= 0:
+        return float(s), 1.0
+    return float(s), 0.5 * math.erfc((s - 1.0) / math.sqrt(var) / math.sqrt(2.0))
+
+
 def mann_kendall(y: Sequence[float]) -> tuple[float, float]:
     """Mann–Kendall S and its one-sided p-value for an increasing trend."""
-    y = np.asarray(y, dtype=float)
     n = len(y)
     if n < 3:
         return 0.0, 1.0
+    if n <= _SMALL:
+        return _mann_kendall_small(_as_list(y))
+    y = np.asarray(y, dtype=float)
     i, j = _pairs(n)
     s = float(np.sign(y[j] - y[i]).sum())
     ties = _tie_sizes(y)
@@ -117,15 +145,18 @@ def mann_kendall(y: Sequence[float]) -> tuple[float, float]:
 
 def theil_sen(x: Sequence[float], y: Sequence[float], z: float = 1.96) -> tuple[float, float, float]:
     """Median pairwise slope and Sen's confidence interval (z = 1.96 for 95%)."""
-    x = np.asarray(x, dtype=float)
-    y = np.asarray(y, dtype=float)
     n = len(y)
     if n < 2:
         return 0.0, 0.0, 0.0
-    i, j = _pairs(n)
-    dx = x[j] - x[i]
-    keep = dx != 0
-    slopes = np.sort((y[j] - y[i])[keep] / dx[keep])
+    if n <= _SMALL:
+        xs, ys = _as_list(x), _as_list(y)
+        slopes = sorted((ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(n) for j in range(i + 1, n) if xs[j] != xs[i])
+    else:
+        xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+        i, j = _pairs(n)
+        dx = xa[j] - xa[i]
+        keep = dx != 0
+        slopes = np.sort((ya[j] - ya[i])[keep] / dx[keep])
     m = len(slopes)
     if m == 0:
         return 0.0, 0.0, 0.0
@@ -174,9 +205,9 @@ def assess(steps: Sequence[int], minima: Sequence[float], alpha: float, scales: 
 def above_noise(steps: np.ndarray, minima: np.ndarray, slope: float) -> bool:
     """Does the rise over the stretch stand out from the scatter around the fitted line? A chance
     ordering of large noise can be significant; it does not rise MIN_SIGNAL_TO_NOISE times its MAD."""
-    residuals = minima - slope * steps
-    residuals -= _median_of_sorted(np.sort(residuals))
-    scatter = 1.4826 * _median_of_sorted(np.sort(np.abs(residuals)))
+    residuals = sorted(_as_list(minima - slope * steps))
+    centre = _median_of_sorted(residuals)
+    scatter = 1.4826 * _median_of_sorted(sorted(abs(r - centre) for r in residuals))
     return slope * float(steps[-1] - steps[0]) >= MIN_SIGNAL_TO_NOISE * scatter
 
 

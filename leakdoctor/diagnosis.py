@@ -66,6 +66,7 @@ class Evidence:
     remedies: tuple[str, ...] = ()
     notes: dict[str, str] = field(default_factory=dict)
     middle: Ladder | None = None
+    horizon: int = 100_000  # steps over which a growth must matter (Settings.horizon)
 
     @property
     def steps(self) -> int:

@@ -16,13 +16,14 @@ import weakref
 from functools import partial
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
-from leakdoctor import __version__, limits, oom, report, stopping
-from leakdoctor.clinic import Clinic, Practice
+from leakdoctor import __version__, exporter, limits, oom, report, stopping, termination
+from leakdoctor.clinic import FORENSIC_BUDGET, Clinic, Practice
 from leakdoctor.diagnosis import GENERIC_RULES
 from leakdoctor.guard import Guard
-from leakdoctor.integrations import UNITS, Integration, MetricSpec, Probe, process, python
+from leakdoctor.integrations import UNITS, Integration, MetricSpec, process, python
 from leakdoctor.monitor import Monitor
 from leakdoctor.pacing import Pacer
+from leakdoctor.probing import Probes
 from leakdoctor.remedies.base import Remedy
 from leakdoctor.settings import Settings
 from leakdoctor.summary import Finding, Summary
@@ -30,21 +31,8 @@ from leakdoctor.summary import Finding, Summary
 STEP_TIME = "step_seconds"
 STEP_CPU = "step_cpu_seconds"
 STATE_SCHEMA = "leakdoctor.state/1"
-
-
-class _Scheduled:
-    """A probe read on every `probe.every`-th sample."""
-
-    def __init__(self, probe: Probe) -> None:
-        self.probe = probe
-        self._countdown = 0
-
-    def due(self) -> bool:
-        self._countdown -= 1
-        if self._countdown > 0:
-            return False
-        self._countdown = max(1, self.probe.every)
-        return True
+#: Samples whose mean cost the pacer gets at once (pacing each sample would cost a good part of one).
+PACE_EVERY = 4
 
 
 class LeakDoctor:
@@ -60,6 +48,8 @@ class LeakDoctor:
     the summary so far, when an unremedied leak is projected to reach the memory limit within
     `limit_margin` (steps, or a fraction of the steps so far; see leakdoctor/stopping.py). oom_snapshot: a
     path for the CUDA allocator snapshot, dumped if the run dies out of memory (leakdoctor/oom.py).
+    prometheus_port: serve the series and findings on http://127.0.0.1:PORT/metrics (+ LOCAL_RANK; 0: any
+    free port); prometheus_host: another address to bind, only when you name one.
     """
 
     framework: ClassVar[str] = "python"
@@ -80,6 +70,8 @@ class LeakDoctor:
         overhead: float = 0.005,
         verbose: bool = True,
         rank: int = 0,
+        prometheus_port: int | None = None,
+        prometheus_host: str | None = None,
         integrations: Sequence[Integration] = (),
         on_limit: str | Callable[[Summary], Any] = "warn",
         limit_margin: int | float = 0.1,
@@ -89,29 +81,31 @@ class LeakDoctor:
         self.settings = Settings.create(
             remedies=remedies, warmup=warmup, window=window, horizon=horizon, memory_limit=memory_limit,
             alpha=alpha, investigate_steps=investigate_steps, verify_windows=verify_windows, overhead=overhead,
-            summary_path=summary_path, plot_path=plot_path, verbose=verbose, rank=rank, on_limit=on_limit,
+            summary_path=summary_path, plot_path=plot_path, verbose=verbose, rank=rank,
+            prometheus_port=prometheus_port, prometheus_host=prometheus_host, on_limit=on_limit,
             limit_margin=limit_margin, checkpoint=checkpoint, oom_snapshot=oom_snapshot)
         self._guard = Guard()
         self._watchlist = python.Watchlist(self._guard)
         self._memory = limits.process_limit(self.settings.memory_limit)
         parts = [process.integration(self._memory.bytes, self.settings.overhead),
                  python.integration(self._watchlist), *integrations]
-        self._probes = [_Scheduled(p) for part in parts for p in part.probes]
+        self._probes = Probes([p for part in parts for p in part.probes], {
+            name: MetricSpec(name, "seconds", role="supporting", source="process") for name in (STEP_TIME, STEP_CPU)},
+            self._guard)
         self.targets: dict[str, Any] = {k: v for part in parts for k, v in part.targets.items()}
         self._monitor = Monitor(self.settings)
-        self._specs = {name: MetricSpec(name, "seconds", role="supporting", source="process")
-                       for name in (STEP_TIME, STEP_CPU)}
         practice = Practice(forensics=[f for part in parts for f in part.forensics],
                             cleanups=[c for part in parts for c in part.cleanups],
                             rules=[r for part in parts for r in part.rules] + GENERIC_RULES,
-                            targets=self.targets, read=self._read_now)
+                            targets=self.targets, read=self._probes.read_all)
         self._clinic = Clinic(self.settings, self._monitor, practice, self._guard, self._say)
         self._limit_watch = stopping.LimitWatch(self.settings, self._guard, self._limit_of, self._say)
         self._snapshot = oom.Snapshot(self.settings.oom_snapshot)
         self._step = 0
         self._context: Mapping[str, Any] = {}
-        self._sampler = Pacer(budget=self.settings.overhead, maximum=256)
+        self._sampler = Pacer(budget=self.settings.overhead)
         self._countdown = 1
+        self._costs, self._costed = 0.0, 0  # samples' cost not yet handed to the pacer
         self._idle = True
         self._sampled_step = 0
         self._busy_since_sample = 0.0
@@ -123,12 +117,14 @@ class LeakDoctor:
         self._result: Summary | None = None
         self._atexit = partial(_finish_at_exit, weakref.ref(self))
         atexit.register(self._atexit)
+        self._publisher = exporter.publisher_for(self.settings, self.framework, self._guard)
+        termination.register(self)  # finished on SIGTERM; kept reachable until finish()
 
     # --- what users call -------------------------------------------------------------------------
 
     def watch(self, name: str, gauge: Callable[[], float], unit: str = "count") -> None:
         """Track a user gauge every step, e.g. `doctor.watch("nodes", lambda: len(graph.nodes))`."""
-        if not isinstance(name, str) or not name or name in self._specs or self._watchlist.has(name):
+        if not isinstance(name, str) or not name or name in (STEP_TIME, STEP_CPU) or self._watchlist.has(name):
             raise ValueError(f"watch: name {name!r} must be a new, non-empty string")
         if not callable(gauge):
             raise ValueError(f"watch({name!r}): gauge must be a callable returning a number, got {gauge!r}")
@@ -175,10 +171,7 @@ class LeakDoctor:
             self._guard.disable("leakdoctor", f"{type(err).__name__}: {err}")
         end = time.perf_counter()
         self._probe_seconds += (end - start) - (clinic.forensic_seconds + clinic.remedy_seconds - elsewhere)
-        if sampled:
-            self._sample_end, self._busy_since_sample, self._cpu_mark = end, 0.0, time.process_time()
-        else:
-            self._busy_since_sample += end - start
+        self._busy_since_sample += end - start
         self._idle = clinic.idle
         if sampled:  # on every sample, so that the watch knows how far apart samples are
             self._guard.call("limit watch", self._limit_watch.check, self._step, clinic.findings, self._monitor,
@@ -190,6 +183,7 @@ class LeakDoctor:
         if self._result is not None:
             return self._result
         atexit.unregister(self._atexit)
+        termination.unregister(self)
         if exception is not None:
             self._clinic.notes.append(f"the run ended with {type(exception).__name__} at step {self._step}")
         self._account_user_time(time.perf_counter())
@@ -201,6 +195,8 @@ class LeakDoctor:
         summary = self._guard.call("complete summary", self._complete, summary, exception) or summary
         self._result = summary
         self._emit(summary)
+        if self._publisher is not None:
+            self._guard.call("prometheus", self._publisher.close)
         return summary
 
     def _complete(self, summary: Summary, exception: BaseException | None) -> Summary:
@@ -267,53 +263,47 @@ class LeakDoctor:
 
     def _sample(self, start: float) -> None:
         """Read the due probes, record, and hand the completed windows to the clinic."""
-        begin = time.perf_counter()  # the sample's cost leaves out the remedies that ran before it
+        begin = time.thread_time()  # the sample's cost leaves out the remedies that ran before it
         clinic = self._clinic
         investigating = clinic.investigation is not None
-        wall, cpu = self._account_user_time(start)
         forensic_before = clinic.forensic_seconds
-        readings = self._read()
+        readings = self._probes.read_due()
         if not investigating:
-            readings[STEP_TIME], readings[STEP_CPU] = wall, cpu
-            self._step_ema = wall if not self._step_ema else 0.9 * self._step_ema + 0.1 * wall
-        completed = self._monitor.record(self._step, readings, self._specs.__getitem__)
+            readings[STEP_TIME], readings[STEP_CPU] = self._account_user_time(start)
+        completed = self._monitor.record(self._step, readings, self._probes.spec)
         if completed or not clinic.idle:
-            clinic.after_sample(self._step, completed, self._context, self._step_ema)
-        if not investigating:  # an investigation samples every step, and tracing makes those samples dear
-            cost = time.perf_counter() - begin - (clinic.forensic_seconds - forensic_before)
-            self._countdown = self._sampler.update(cost, self._step_ema)
+            clinic.after_sample(self._step, completed, self._context, self._step_ema, self._user_seconds)
+        # The pacer gets the sample's CPU time in this thread (a busy machine's other processes do not
+        # inflate it), leaving out investigations, which sample every step and have a budget of their own.
+        if not investigating and clinic.forensic_seconds == forensic_before:
+            self._costs += time.thread_time() - begin
+            self._costed += 1
+            if self._costed == PACE_EVERY:
+                self._sampler.update(self._costs / PACE_EVERY, self._step_ema)
+                self._costs, self._costed = 0.0, 0
+        self._countdown = self._sampler.every
+        if self._publisher is not None:
+            self._guard.call("prometheus", self._publish)
+
+    def _publish(self) -> None:
+        """Hand the exporter what this sample left: readings, findings, projection, overhead."""
+        findings = self._clinic.findings
+        self._publisher.publish(self._step, self.readings, findings,
+                                report.projection(findings, self._monitor, self._step), self._overhead())
 
     def _account_user_time(self, now: float) -> tuple[float, float]:
         """Add the user's time since the last sample to the total; return it per step, as wall time and
-        as this process's CPU time (which other processes on a busy machine do not inflate)."""
+        as this process's CPU time (which other processes on a busy machine do not inflate). The doctor's
+        own time since the last sample, CPU-bound, is taken off both."""
         steps = max(1, self._step - self._sampled_step)
+        cpu_now = time.process_time()
         user = max(0.0, now - self._sample_end - self._busy_since_sample)
-        cpu = max(0.0, time.process_time() - self._cpu_mark - self._busy_since_sample)
+        cpu = max(0.0, cpu_now - self._cpu_mark - self._busy_since_sample)
         self._user_seconds += user
-        self._sampled_step = self._step
-        return user / steps, cpu / steps
-
-    def _read(self) -> dict[str, float]:
-        """Readings of the due probes."""
-        return self._read_probes([(s.probe, s.probe.read) for s in self._probes if s.due()])
-
-    def _read_now(self) -> dict[str, float]:
-        """Fresh readings of every probe, also those that throttle themselves (the cleanup ladder's)."""
-        return self._read_probes([(s.probe, getattr(s.probe, "read_now", s.probe.read)) for s in self._probes])
-
-    def _read_probes(self, reads: list[tuple[Probe, Callable[[], Mapping[str, float]]]]) -> dict[str, float]:
-        """Call each probe's read; a probe that raises is switched off, once."""
-        readings: dict[str, float] = {}
-        for probe, read in reads:
-            try:
-                for metric, value in read().items():
-                    if metric not in self._specs:
-                        self._specs[metric] = probe.spec(metric)
-                    readings[metric] = value
-            except Exception as err:  # noqa: BLE001 - a failing probe must not end the user's run
-                self._probes = [s for s in self._probes if s.probe is not probe]
-                self._guard.disable(f"probe {probe.name}", f"{type(err).__name__}: {err}")
-        return readings
+        self._sampled_step, self._sample_end, self._cpu_mark, self._busy_since_sample = self._step, now, cpu_now, 0.0
+        wall = user / steps
+        self._step_ema = wall if not self._step_ema else 0.9 * self._step_ema + 0.1 * wall
+        return wall, cpu / steps
 
     # --- the end ---------------------------------------------------------------------------------
 
@@ -358,6 +348,10 @@ class LeakDoctor:
             "step_seconds": self._user_seconds,
             "fraction_of_step_time": self._probe_seconds / step_time if step_time else 0.0,
             "investigations": clinic.investigations,
+            "investigations_deferred": clinic.deferred,
+            "forensic_budget": FORENSIC_BUDGET,
+            "sample_stride": self._sampler.every,
+            "latency_steps": report.latency_steps(self.settings, self._sampler.every),
         }
 
     def _emit(self, summary: Summary) -> None:

@@ -58,11 +58,11 @@ class Investigation:
             self._middle = run_ladder(self._cleanups, self._read, self._guard, step)
 
     def finish(self, step: int, trends: Mapping[str, Trend], specs: Mapping[str, MetricSpec],
-               remedies: tuple[str, ...]) -> Evidence:
+               remedies: tuple[str, ...], horizon: int) -> Evidence:
         reports = self._stop(step)
         end = run_ladder(self._cleanups, self._read, self._guard, step)
         return Evidence(self.start_step, step, self.suspects, dict(trends), dict(specs), self._begin, end, reports,
-                        remedies, middle=self._middle)
+                        remedies, middle=self._middle, horizon=horizon)
 
     def abort(self, step: int) -> None:
         """Stop the forensics without a diagnosis (the run ended mid-window)."""

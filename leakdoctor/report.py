@@ -8,15 +8,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from leakdoctor.detect import classify, is_material, steps_to_limit, theil_sen
+from leakdoctor.detect import SCALES, classify, is_material, steps_to_limit, theil_sen
 from leakdoctor.monitor import Monitor
 from leakdoctor.settings import Settings
-from leakdoctor.summary import Finding, SeriesSummary
+from leakdoctor.summary import Finding, SeriesSummary, format_value
 
 
 def final_findings(findings: list[Finding], monitor: Monitor, settings: Settings) -> tuple[list[Finding], list[str]]:
-    """Copies of the findings with rates refit over the whole run; growth that stopped on its own
-    (no remedy) is dropped from the findings and noted instead."""
+    """Copies of the findings with rates refit over the whole run. Without an effective remedy, a growth
+    that stopped (a cache that filled) or whose whole-run rate no longer matters over the horizon is
+    dropped from the findings and noted instead, so the verdict does not depend on when the run looked."""
     final, notes = [], []
     for finding in findings:
         copy = dataclasses.replace(finding, remedy=dataclasses.replace(finding.remedy) if finding.remedy else None)
@@ -24,21 +25,43 @@ def final_findings(findings: list[Finding], monitor: Monitor, settings: Settings
         if series is not None and not (copy.remedy and copy.remedy.effective):
             until = copy.remedy.applied_step if copy.remedy else None
             steps, values = series.history(since=finding.first_step - 1, until=until)
-            if len(values) >= 2 * settings.window:
+            refit = len(values) >= 2 * settings.window
+            if refit:
                 rate, low, high = theil_sen(steps, values)
                 copy.rate_per_step, copy.rate_interval = rate, (low, high)
             if copy.remedy is None and stopped(finding, monitor, settings):
                 notes.append(stopped_note(finding, findings))
                 continue
+            if refit and not finding.benign and not _material(copy, series, settings):
+                notes.append(f"{finding.metric} grew {format_value(copy.rate_per_step, finding.unit)}/step over the "
+                             f"run ({finding.cause}): too little to matter over {settings.horizon} steps, not a leak")
+                continue
         final.append(copy)
     return final, notes
 
 
+def _material(finding: Finding, series: Any, settings: Settings) -> bool:
+    """Could the finding's whole-run rate matter over the horizon? Judged on the upper end of the rate's
+    confidence interval, so only a growth that is immaterial with confidence (a long, tight history) is
+    dropped; a short, noisy history keeps its finding. Counts are judged by what they hold when the
+    diagnosis was made (container_growth checks bytes and step time), so only bytes and seconds are
+    judged again here."""
+    if finding.unit == "count":
+        return True
+    high = finding.rate_interval[1] if finding.rate_interval else finding.rate_per_step
+    return is_material(finding.unit, max(high, finding.rate_per_step), series.end or 0.0, settings.horizon,
+                       series.spec.limit)
+
+
 def stopped(finding: Finding, monitor: Monitor, settings: Settings) -> bool:
-    """Did the growth stop by itself after detection (enough windows, and no significant trend)?"""
-    if monitor.windows_since(finding.metric, finding.detected_step) < 2 * settings.verify_windows:
+    """Did the growth stop by itself after detection? Judged on the last 2 * verify_windows windows (a
+    cache that went on filling for a while after detection and then stayed bounded has stopped)."""
+    needed = 2 * settings.verify_windows
+    if monitor.windows_since(finding.metric, finding.detected_step) < needed:
         return False
-    after = monitor.trend_since(finding.metric, finding.detected_step)
+    series = monitor.series[finding.metric]
+    recent = max(finding.detected_step, series.end_step - needed * settings.window)
+    after = monitor.trend_since(finding.metric, recent)
     return not after.growing and after.slope <= 0.25 * finding.rate_per_step
 
 
@@ -106,8 +129,20 @@ def projections(findings: list[Finding], monitor: Monitor, step: int, verifying:
     return found
 
 
+def projection(findings: list[Finding], monitor: Monitor, step: int) -> int | None:
+    """The first step at which an unremedied leak is projected to reach a limit."""
+    return min((p.step for p in projections(findings, monitor, step)), default=None)
+
+
 def settings_record(settings: Settings, sample_stride: int) -> dict[str, Any]:
     return {"remedies": list(settings.remedies), "warmup": settings.warmup, "window": settings.window,
             "horizon": settings.horizon, "memory_limit": settings.memory_limit, "sample_stride": sample_stride,
             "on_limit": settings.on_limit if isinstance(settings.on_limit, str) else "callable",
             "limit_margin": settings.limit_margin}
+
+
+def latency_steps(settings: Settings, stride: int) -> int:
+    """Steps a fast leak needs to be found when every `stride`-th step is sampled: the shortest scale's
+    windows of minima (a window spans at least one sample), one more for the last to close, and an
+    investigation."""
+    return max(settings.window, stride) * (SCALES[0] + 1) + settings.investigate_steps

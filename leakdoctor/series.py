@@ -45,7 +45,9 @@ class Series:
         self.end, self.end_step = value, step
         if value > self.peak:
             self.peak = value
-        self._remember(step, value)
+        self._seen += 1
+        if not (self._seen - 1) % self._stride:
+            self._remember(step, value)
         if step <= self.warmup:
             return []
         if self.start is None:
@@ -74,9 +76,7 @@ class Series:
         return [level] + self._push(level + 1, lowest)
 
     def _remember(self, step: int, value: float) -> None:
-        self._seen += 1
-        if (self._seen - 1) % self._stride:
-            return
+        """Keep every `_stride`-th sample; halve the history (and double the stride) when it is full."""
         self._history.append((step, value))
         if len(self._history) > self._history_cap:
             self._history = self._history[::2]

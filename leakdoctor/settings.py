@@ -37,6 +37,8 @@ class Settings:
     limit_margin: int | float = 0.1
     checkpoint: Callable[[], Any] | None = None
     oom_snapshot: Path | None = None
+    prometheus_port: int | None = None
+    prometheus_host: str = "127.0.0.1"
 
     @classmethod
     def create(
@@ -58,6 +60,8 @@ class Settings:
         limit_margin: int | float = 0.1,
         checkpoint: Callable[[], Any] | None = None,
         oom_snapshot: str | os.PathLike[str] | None = None,
+        prometheus_port: int | None = None,
+        prometheus_host: str | None = None,
     ) -> "Settings":
         window = _int("window", window, minimum=1)
         return cls(
@@ -79,6 +83,8 @@ class Settings:
             limit_margin=_margin(limit_margin),
             checkpoint=_callable_or_none("checkpoint", checkpoint),
             oom_snapshot=_writable("oom_snapshot", oom_snapshot),
+            prometheus_port=_port(prometheus_port, prometheus_host),
+            prometheus_host=_host(prometheus_host),
         )
 
 
@@ -88,6 +94,26 @@ def _int(name: str, value: Any, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{name}={value!r}: expected an int >= {minimum}")
     return value
+
+
+def _port(port: Any, host: Any) -> int | None:
+    """A TCP port for the Prometheus exporter (0: any free port), or None for no exporter."""
+    if port is None:
+        if host is not None:
+            raise ValueError(f"prometheus_host={host!r} needs prometheus_port= (e.g. 9464)")
+        return None
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"prometheus_port={port!r}: expected an int from 0 (any free port) to 65535, e.g. 9464")
+    return port
+
+
+def _host(host: Any) -> str:
+    """The address the exporter binds: loopback unless the user names another one."""
+    if host is None:
+        return "127.0.0.1"
+    if not isinstance(host, str) or not host.strip() or any(c.isspace() for c in host):
+        raise ValueError(f"prometheus_host={host!r}: expected an address such as '127.0.0.1' or '0.0.0.0'")
+    return host
 
 
 def _bool(name: str, value: Any) -> bool:

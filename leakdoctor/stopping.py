@@ -6,12 +6,14 @@ anything back into detection. Only a threat counts: a leak (not benign) with no 
 none still being verified, material over the horizon, still growing since it was found, and projected
 to reach the limit of a metric it explains. A clean run has no such finding, so it is never stopped.
 
-The margin (`limit_margin`) is how close to the limit the run may come: a number of steps, or a
-fraction of the steps run so far. The default, 0.1, stops a run at most a tenth of its length before
-it would have died; the projection then extrapolates the leak's rate over a tenth of the steps it was
-measured on, short enough that a steady leak does not outrun it, and it scales with the run (a few
-steps early on, hundreds in a long run). However small the margin, it covers twice the steps between
-two checks, since the doctor samples every few steps when its steps are short.
+"warn" warns once the limit is projected within the horizon, again each time the steps left have
+fallen to a quarter, and at the margin. The margin (`limit_margin`) is how close to the limit the run
+may come: a number of steps, or a fraction of the steps run so far. The default, 0.1, gives up at most
+a tenth of the run (it stops that much before it would have died) for a projection that reaches no
+further ahead than a tenth of the steps seen so far, short enough that a steady leak does not outrun
+it; and it scales with the run (a few steps early on, hundreds in a long run). However small the
+margin, it covers twice the steps between two samples, since the doctor samples every few steps when
+its steps are short.
 """
 
 from __future__ import annotations

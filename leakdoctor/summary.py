@@ -275,7 +275,9 @@ def render_text(summary: Summary) -> str:
     lines += [f"switched off: {e['part']}: {e['error']}" for e in summary.errors]
     overhead = summary.overhead.get("fraction_of_step_time")
     if overhead is not None:
-        lines.append(f"overhead: {overhead:.2%} of step time")
+        stride, latency = summary.overhead.get("sample_stride"), summary.overhead.get("latency_steps")
+        paced = f" (a sample every {stride} step(s): a fast leak is found within ~{latency} steps)" if latency else ""
+        lines.append(f"overhead: {overhead:.2%} of step time{paced}")
     return "\n".join(lines)
 
 

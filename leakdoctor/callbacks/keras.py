@@ -45,7 +45,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from leakdoctor import doctor, oom
+from leakdoctor import doctor, oom, termination
+from leakdoctor.exporter import Publisher
 from leakdoctor.guard import Guard
 from leakdoctor.integrations import Integration
 from leakdoctor.integrations import keras as keras_integration
@@ -63,12 +64,13 @@ _KINDS = {"train": "fit", "test": "evaluate", "predict": "predict"}
 class KerasDoctor(doctor.LeakDoctor):
     """The engine with the Keras integrations; it neither writes nor prints its own summary (the callback
     writes one summary of both clocks). `label` prefixes its messages; forensics named in `without` are
-    left out."""
+    left out. `publisher`: the callback's Prometheus feed for this doctor's clock (the across-calls
+    doctor, which serves it, labels its own `clock="call"`)."""
 
     framework = "keras"
 
     def __init__(self, calls: keras_integration.Calls, label: str, model: Any = None, without: tuple[str, ...] = (),
-                 **options: Any) -> None:
+                 publisher: Publisher | None = None, **options: Any) -> None:
         parts: list[Integration] = [keras_integration.integration(calls),
                                     *keras_integration.backend_integrations(model)]
         self.label = label
@@ -77,6 +79,11 @@ class KerasDoctor(doctor.LeakDoctor):
         practice.forensics = [f for f in practice.forensics if f.name not in without]
         if keras_integration.is_users(model):  # a subclassed model's list/dict attributes are counted
             self.watch_object(model)
+        termination.unregister(self)  # the callback finishes it, on SIGTERM too
+        if publisher is not None:
+            self._publisher = publisher
+        elif self._publisher is not None:
+            self._publisher.labels["clock"] = "call"
 
     def _emit(self, summary: Summary) -> None:
         pass
@@ -147,8 +154,12 @@ class _Hooks:
         # memory steps up by megabytes for good (measured with JAX), which this doctor would then see as
         # growth. The models probe and the gc census name what piles up across calls instead.
         self.doctor = KerasDoctor(self._calls, "across calls", without=("tracemalloc",), **self._call_options)
+        # The across-calls doctor serves /metrics for the callback's life; each fit's doctor feeds it too.
+        self._fit_publisher = self.doctor._publisher and self.doctor._publisher.sibling(clock="batch")
+        self._batch_options = {k: v for k, v in self._batch_options.items() if not k.startswith("prometheus_")}
         self._atexit = partial(_finish_at_exit, weakref.ref(self))
         atexit.register(self._atexit)
+        termination.register(self, self._terminated)
 
     # --- what users call -----------------------------------------------------------------------------
 
@@ -166,6 +177,7 @@ class _Hooks:
         if self._result is not None:
             return self._result
         atexit.unregister(self._atexit)
+        termination.unregister(self)
         self._guard.call("keras callback", self._abandon, exception)
         final = self.doctor.finish(exception)
         self._result = self._cumulative(final)
@@ -175,6 +187,11 @@ class _Hooks:
         if self.settings.verbose and self.settings.rank == 0 and self.doctor.steps:
             print(self._result.text(), file=sys.stderr)
         return self._result
+
+    def _terminated(self, exception: BaseException) -> None:
+        """SIGTERM: note it in the across-calls doctor's summary and finish."""
+        self.doctor.finish(exception)
+        self.finish()
 
     def __copy__(self) -> "_Hooks":
         return self
@@ -247,7 +264,8 @@ class _Hooks:
             options = {**self._batch_options, "oom_snapshot": None}  # the across-calls doctor records it
             if options.get("on_limit") == "stop":
                 options["checkpoint"] = self._saver(number, options.get("checkpoint"))
-            self._fit = _Fit(number, KerasDoctor(self._calls, label, self._model, **options))
+            self._fit = _Fit(number, KerasDoctor(self._calls, label, self._model, publisher=self._fit_publisher,
+                                                 **options))
 
     def _end(self, kind: str) -> None:
         if self._result is not None or not self._open or self._open[-1] != kind:

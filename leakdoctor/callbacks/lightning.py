@@ -37,6 +37,9 @@ _PACKAGES = ("lightning.pytorch", "pytorch_lightning")
 
 class LightningDoctor(LeakDoctor):
     framework = "lightning"
+    #: Lightning's SignalConnector turns SIGTERM into a SIGTERMException at the next step during fit (and
+    #: requeues on SLURM); on_exception then finishes this doctor. leakdoctor's own handler keeps out.
+    framework_handles_sigterm = True
 
 
 class _Hooks:

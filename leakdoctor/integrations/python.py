@@ -12,6 +12,7 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from leakdoctor.detect import is_material
 from leakdoctor.diagnosis import Evidence
 from leakdoctor.guard import Guard
 from leakdoctor.integrations import Cleanup, Integration, MetricSpec, Rule
@@ -250,9 +251,12 @@ def container_rule(watchlist: Watchlist) -> Rule:
                 continue
             container = watchlist.container(metric)
             held = new_items_bytes(container, int(ev.growth(metric)))
-            explains = [metric]
-            if "rss_bytes" in ev.confirmed and held >= 0.3 * ev.growth("rss_bytes"):
-                explains.append("rss_bytes")
+            if not _costs_something(ev, metric, held):
+                ev.note(metric, f"{ev.describe(metric)}" + (f", holding about {format_value(held, 'bytes')}"
+                        if held else "") + ": too little to matter over the run and step time is flat "
+                        "(a history of losses or scalars), not a leak")
+                continue
+            explains = [metric] + (["rss_bytes"] if _holds_the_rss_growth(ev, held) else [])
             name = spec.where.split(" (")[0] if spec.where else metric
             found.append(ev.finding(
                 "container_growth", metric, location=spec.where, explains=tuple(explains), subject=container,
@@ -263,6 +267,35 @@ def container_rule(watchlist: Watchlist) -> Rule:
         return found
 
     return Rule(50, container_growth)
+
+
+def _costs_something(ev: Evidence, metric: str, held: float) -> bool:
+    """A count that grows is a leak when what it holds is material in bytes over the horizon (a gauge's
+    items are unknown: resident memory's trend stands for them), or when step time rises with it (a
+    collection walked every step: the Burn case)."""
+    cpu = ev.trends.get("step_cpu_seconds")
+    if cpu is not None and cpu.growing:
+        return True
+    rss = ev.specs.get("rss_bytes")
+    level = ev.begin.after("rss_bytes") or 0.0
+    if ev.specs[metric].source == "gauge" and not held:
+        trend = ev.trends.get("rss_bytes")
+        per_step = max(trend.slope, 0.0) if trend is not None and trend.growing else 0.0
+    else:
+        per_step = held / ev.steps
+    return is_material("bytes", per_step, level, ev.horizon, rss.limit if rss else None)
+
+
+def _holds_the_rss_growth(ev: Evidence, held: float) -> bool:
+    """Do a container's new items account for resident memory's growth? Judged on the window's growth
+    when resident memory was a suspect too, else on its trend so far (it may not be significant yet, and
+    would be reported again as python_objects at the line that appends)."""
+    if held <= 0:
+        return False
+    if "rss_bytes" in ev.confirmed:
+        return held >= 0.3 * ev.growth("rss_bytes")
+    trend = ev.trends.get("rss_bytes")
+    return trend is not None and held >= 0.3 * max(trend.slope, 0.0) * ev.steps
 
 
 def step_time_note(ev: Evidence) -> str:

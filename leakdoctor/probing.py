@@ -1,0 +1,101 @@
+"""Reading the probes on a sampled step, each on its own schedule.
+
+A probe is read on every `probe.every`-th sample, and more rarely when its read costs more than
+CHEAP_READ: its measured cost (a robust running average of every TIMED-th read, in this thread's CPU time, which
+other processes on a busy machine do not inflate) sets how many samples to
+skip, so a probe that walks a large model's hooks or lists `jax.live_arrays()` costs about as much per
+sample, on average, as one that reads a counter. A probe that raises is switched off, once.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable, Mapping, Sequence
+
+from leakdoctor.guard import Guard
+from leakdoctor.integrations import MetricSpec, Probe
+
+#: Seconds a probe may cost per sample on average; a dearer probe is read every ceil(cost / CHEAP_READ)
+#: samples. A counter read costs 1-5 µs; walking hooks or live arrays costs tens to thousands.
+CHEAP_READ = 20e-6
+#: The cost of every TIMED-th read of a probe is measured (timing each read would cost as much as a read).
+TIMED = 16
+
+
+class _Scheduled:
+    __slots__ = ("probe", "read", "every", "period", "countdown", "reads", "cost")
+
+    def __init__(self, probe: Probe) -> None:
+        self.probe = probe
+        self.read = probe.read
+        self.every = self.period = max(1, int(probe.every))
+        self.countdown = 0
+        self.reads = 0
+        self.cost = 0.0
+
+    def measured(self, cost: float) -> None:
+        """Record one read's cost and set the period between reads."""
+        self.cost = cost if not self.cost else 0.8 * self.cost + 0.2 * min(cost, 4 * self.cost)
+        self.period = max(self.every, math.ceil(self.cost / CHEAP_READ))
+
+
+class Probes:
+    def __init__(self, probes: Sequence[Probe], specs: Mapping[str, MetricSpec], guard: Guard) -> None:
+        self._scheduled = [_Scheduled(p) for p in probes]
+        self._specs = dict(specs)
+        self._guard = guard
+
+    def spec(self, metric: str) -> MetricSpec:
+        return self._specs[metric]
+
+    def read_due(self) -> dict[str, float]:
+        """Readings of the probes due on this sample."""
+        readings: dict[str, float] = {}
+        for scheduled in self._scheduled:
+            scheduled.countdown -= 1
+            if scheduled.countdown > 0:
+                continue
+            scheduled.countdown = scheduled.period
+            scheduled.reads += 1
+            timed = not scheduled.reads % TIMED
+            start = time.thread_time() if timed else 0.0
+            try:
+                values = scheduled.read()
+                if not values.keys() <= self._specs.keys():
+                    self._learn(scheduled.probe, values)
+            except Exception as err:  # noqa: BLE001 - a failing probe must not end the user's run
+                self._switch_off(scheduled.probe, err)
+                continue
+            if timed:
+                scheduled.measured(time.thread_time() - start)
+            readings.update(values)
+        return readings
+
+    def read_all(self) -> dict[str, float]:
+        """Fresh readings of every probe, also those that throttle themselves (`read_now`): the cleanup
+        ladder's, which must see every metric before and after each rung."""
+        readings: dict[str, float] = {}
+        for scheduled in list(self._scheduled):
+            probe = scheduled.probe
+            self._add(readings, probe, getattr(probe, "read_now", probe.read))
+        return readings
+
+    def _add(self, readings: dict[str, float], probe: Probe, read: Callable[[], Mapping[str, float]]) -> None:
+        try:
+            values = read()
+            self._learn(probe, values)
+        except Exception as err:  # noqa: BLE001 - a failing probe must not end the user's run
+            self._switch_off(probe, err)
+            return
+        readings.update(values)
+
+    def _learn(self, probe: Probe, values: Mapping[str, float]) -> None:
+        """Remember the spec of each metric the probe reads for the first time."""
+        for metric in values:
+            if metric not in self._specs:
+                self._specs[metric] = probe.spec(metric)
+
+    def _switch_off(self, probe: Probe, err: Exception) -> None:
+        self._scheduled = [s for s in self._scheduled if s.probe is not probe]
+        self._guard.disable(f"probe {probe.name}", f"{type(err).__name__}: {err}")

@@ -1,0 +1,109 @@
+"""The `leakdoctor run` command line: its options, and their way to `runner.run`.
+
+    leakdoctor run [--remedies safe] [--summary leaks.json] [--plot leaks.png] [--on-limit stop]
+                   [--prometheus-port N] [--fail-on-leak] [--step-on module:function] [-o NAME=VALUE]
+                   script.py [args...]
+
+Everything after the script is the script's, untouched (`--` included), so the split is made here
+rather than by argparse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import sys
+from typing import Any, Sequence
+
+#: leakdoctor's own options: (flags, argparse keywords).
+OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("--remedies",), dict(default="off", metavar="LEVEL", help="off (default: detect and recommend), safe, all, "
+                                                                 "or remedy names separated by commas")),
+    (("--summary",), dict(metavar="PATH", help="write the summary JSON here")),
+    (("--plot",), dict(metavar="PATH", help="write a PNG of the series here (needs matplotlib)")),
+    (("--on-limit",), dict(choices=("warn", "stop"), help="act before an unremedied leak reaches the memory limit")),
+    (("--prometheus-port",), dict(type=int, metavar="N", help="serve /metrics on 127.0.0.1:N (+ LOCAL_RANK)")),
+    (("--prometheus-host",), dict(metavar="HOST", help="bind another address than 127.0.0.1")),
+    (("--fail-on-leak",), dict(action="store_true", help="exit 1 when the script succeeds and the verdict is leak")),
+    (("--step-on",), dict(metavar="MODULE:FUNCTION", help="a step is a return from this function (the script's "
+                                                           "own without MODULE:); replaces the automatic steps")),
+    (("-o", "--option"), dict(action="append", default=[], metavar="NAME=VALUE",
+                              help="any other doctor setting, e.g. -o overhead=1.0 -o memory_limit=8GiB")),
+]
+#: Settings with a flag of their own.
+_FLAGGED = {"remedies", "summary_path", "plot_path", "prometheus_port", "prometheus_host"}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    for flags, keywords in OPTIONS:
+        parser.add_argument(*flags, **keywords)
+    parser.add_argument("script", help="the Python script to run")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+
+
+def split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(`run`, leakdoctor's options and the script; the script's arguments) of a `run` command line."""
+    takes_value = {flag for flags, kw in OPTIONS if kw.get("action") != "store_true" for flag in flags}
+    i = 1
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return list(argv[:i + 2]), list(argv[i + 2:])
+        if not token.startswith("-") or token == "-":
+            return list(argv[:i + 1]), list(argv[i + 1:])
+        i += 2 if token in takes_value else 1
+    return list(argv), []
+
+
+def main(args: argparse.Namespace, script_args: list[str], relaunch: list[str]) -> Any:
+    """Validate, run, and give the exit status (a KeyboardInterrupt ends the process as Python's does)."""
+    from leakdoctor import runner
+    from leakdoctor.runner.step_on import Target
+
+    try:
+        options = doctor_options(args)
+        if args.step_on:
+            Target.parse(args.step_on)
+    except ValueError as err:
+        print(f"leakdoctor run: {err}", file=sys.stderr)
+        return 2
+    outcome = runner.run(args.script, script_args, options, on_limit=args.on_limit, step=args.step_on,
+                         fail_on_leak=args.fail_on_leak, relaunch=relaunch)
+    if isinstance(outcome.exception, KeyboardInterrupt):
+        sys.excepthook = _printed  # the traceback is out; Python ends the process by SIGINT, as for a script
+        raise KeyboardInterrupt
+    return outcome.code
+
+
+def doctor_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The doctor's keyword arguments, validated now (ValueError) rather than at the first step."""
+    from leakdoctor.settings import Settings
+
+    remedies = args.remedies if args.remedies in ("off", "safe", "all") else \
+        [name.strip() for name in args.remedies.split(",") if name.strip()]
+    options: dict[str, Any] = {"remedies": remedies}
+    for name, value in (("summary_path", args.summary), ("plot_path", args.plot),
+                        ("prometheus_port", args.prometheus_port), ("prometheus_host", args.prometheus_host)):
+        if value is not None:
+            options[name] = value
+    known = set(inspect.signature(Settings.create).parameters) - _FLAGGED
+    for item in args.option:
+        name, sep, text = item.partition("=")
+        if not sep or name not in known:
+            raise ValueError(f"-o {item!r}: expected NAME=VALUE with NAME one of {sorted(known)}")
+        options[name] = _value(text)
+    Settings.create(**options)
+    return options
+
+
+def _value(text: str) -> Any:
+    """A number, bool or None as Python writes it; anything else stays a string ('8GiB')."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _printed(*_: Any) -> None:
+    """sys.excepthook once the traceback has been printed."""

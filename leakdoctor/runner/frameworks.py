@@ -1,0 +1,258 @@
+"""Where each framework's training step is, and how `leakdoctor run` attaches a doctor there without
+editing the script. Each `patch_*` takes the framework module just imported and the session:
+
+- torch: a global optimizer step post-hook (torch.optim.Optimizer); the model is found once, as the
+  module holding the most of the first optimizer's parameters.
+- Lightning: every Trainer gets the LeakDoctorCallback (one instance, shared), and DDP ranks that
+  Lightning starts as subprocesses run under `leakdoctor run` too, so every rank has the callback.
+- Keras: fit/evaluate/predict get the LeakDoctorCallback (one instance, one history across calls).
+- MLX: after `Optimizer.update`.
+- optax: after the outermost `update` of a GradientTransformation (chains nest), and Flax: after
+  `TrainState.apply_gradients` (whose returned state carries a rewritten optimizer if cond_to_where is
+  applied). Steps traced under jit are not steps; such loops name theirs with --step-on.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+from types import ModuleType
+from typing import Any, Callable
+
+from leakdoctor.runner.session import Session
+
+#: Modules whose import triggers a patch, and the patch.
+TARGETS: dict[str, str] = {
+    "torch": "patch_torch",
+    "lightning.pytorch.trainer.trainer": "patch_trainer",
+    "pytorch_lightning.trainer.trainer": "patch_trainer",
+    "lightning.pytorch.strategies.launchers.subprocess_script": "patch_launcher",
+    "pytorch_lightning.strategies.launchers.subprocess_script": "patch_launcher",
+    "keras": "patch_keras",
+    "mlx.optimizers": "patch_mlx",
+    "optax": "patch_optax",
+    "flax.training.train_state": "patch_train_state",
+}
+
+
+def patches(session: Session, relaunch: list[str]) -> dict[str, Callable[[ModuleType], None]]:
+    """{module name: patch(module)} for the import hook. `relaunch`: this run's leakdoctor arguments
+    before the script (`run --remedies safe ...`), for the DDP subprocesses Lightning starts."""
+    extra = {"patch_launcher": (relaunch,)}
+    return {name: functools.partial(globals()[fn], session, *extra.get(fn, ())) for name, fn in TARGETS.items()}
+
+
+# --- torch ----------------------------------------------------------------------------------------
+
+def patch_torch(session: Session, torch: ModuleType) -> None:
+    from torch.optim.optimizer import register_optimizer_step_post_hook  # loaded with torch
+
+    register_optimizer_step_post_hook(functools.partial(_torch_step, session))
+
+
+def _torch_step(session: Session, optimizer: Any, args: Any, kwargs: Any) -> None:
+    doctor = session.attach("torch", functools.partial(_torch_doctor, optimizer))
+    if doctor is not None and session.counts(optimizer):
+        session.step(doctor)
+
+
+def _torch_doctor(optimizer: Any, **options: Any) -> Any:
+    from leakdoctor.callbacks.torch import LeakDoctor
+
+    return LeakDoctor(model=model_of(optimizer), optimizer=optimizer, **options)
+
+
+def model_of(optimizer: Any) -> Any:
+    """The torch module that holds the most of `optimizer`'s parameters (of two that hold as many, the
+    one with more submodules: the outer model, or the DDP wrapper); None if no module holds any."""
+    import torch
+
+    from leakdoctor.integrations.torch_graphs import live_instances
+
+    params = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    best, best_key = None, (0, 0)
+    for module in live_instances(torch.nn.Module):
+        held = sum(1 for p in module.parameters() if id(p) in params)
+        key = (held, sum(1 for _ in module.modules()))
+        if held and key > best_key:
+            best, best_key = module, key
+    return best
+
+
+# --- Lightning ------------------------------------------------------------------------------------
+
+def patch_trainer(session: Session, module: ModuleType) -> None:
+    trainer = module.Trainer
+    original = trainer.__init__
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        callback = session.attach("lightning", _lightning_callback)
+        if callback is not None:
+            kwargs["callbacks"] = _with(kwargs.get("callbacks"), callback)
+        original(self, *args, **kwargs)
+
+    trainer.__init__ = __init__
+
+
+def _lightning_callback(**options: Any) -> Any:
+    from leakdoctor.callbacks.lightning import LeakDoctorCallback
+
+    return LeakDoctorCallback(**options)
+
+
+def patch_launcher(session: Session, relaunch: list[str], module: ModuleType) -> None:
+    """Lightning starts DDP ranks 1.. as `python script.py args`; run them under `leakdoctor run` with
+    the same options, so every rank has the callback (rank 0 gathers every rank's findings)."""
+
+    def _basic_subprocess_cmd() -> list[str]:
+        return [sys.executable, "-m", "leakdoctor", *relaunch, os.path.abspath(sys.argv[0]), *sys.argv[1:]]
+
+    if hasattr(module, "_basic_subprocess_cmd"):
+        module._basic_subprocess_cmd = _basic_subprocess_cmd
+
+
+# --- Keras ----------------------------------------------------------------------------------------
+
+def patch_keras(session: Session, keras: ModuleType) -> None:
+    for name in ("fit", "evaluate", "predict"):
+        setattr(keras.Model, name, _keras_call(session, getattr(keras.Model, name)))
+
+
+def _keras_call(session: Session, original: Callable[..., Any]) -> Callable[..., Any]:
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        callback = session.attach("keras", _keras_callback)
+        if callback is not None:
+            bound = signature.bind(self, *args, **kwargs)
+            bound.arguments["callbacks"] = _with(bound.arguments.get("callbacks"), callback)
+            args, kwargs = bound.args[1:], bound.kwargs
+        return original(self, *args, **kwargs)
+
+    return call
+
+
+def _keras_callback(**options: Any) -> Any:
+    from leakdoctor.callbacks.keras import LeakDoctorCallback
+
+    return LeakDoctorCallback(**options)
+
+
+def _with(callbacks: Any, callback: Any) -> Any:
+    """The user's callbacks (None, one, a list, or Keras's CallbackList, left as it is) plus ours."""
+    if callbacks is None:
+        return [callback]
+    if hasattr(callbacks, "callbacks") and not isinstance(callbacks, (list, tuple)):
+        return callbacks  # Keras's own CallbackList: fit passing its callbacks on to evaluate
+    listed = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+    return listed if any(c is callback for c in listed) else [*listed, callback]
+
+
+# --- MLX ------------------------------------------------------------------------------------------
+
+def patch_mlx(session: Session, optimizers: ModuleType) -> None:
+    optimizer_class = optimizers.Optimizer
+    original = optimizer_class.update
+
+    @functools.wraps(original)
+    def update(self: Any, model: Any, gradients: Any) -> Any:
+        result = original(self, model, gradients)
+        doctor = session.attach("mlx", functools.partial(_mlx_doctor, model, self))
+        if doctor is not None and session.counts(self):
+            session.step(doctor)
+        return result
+
+    optimizer_class.update = update
+
+
+def _mlx_doctor(model: Any, optimizer: Any, **options: Any) -> Any:
+    from leakdoctor.callbacks.mlx import LeakDoctor
+
+    return LeakDoctor(model=model, optimizer=optimizer, **options)
+
+
+# --- optax and Flax -------------------------------------------------------------------------------
+
+def patch_optax(session: Session, optax: ModuleType) -> None:
+    """Every GradientTransformation made from now on counts its outermost eager update as a step."""
+    transformation = optax.GradientTransformation
+    original = transformation.__new__
+
+    def __new__(cls: type, init: Any, update: Any) -> Any:
+        made: list[Any] = []
+        tx = original(cls, init, _counted(session, update, made))
+        made.append(tx)
+        return tx
+
+    transformation.__new__ = __new__
+
+
+def _counted(session: Session, update: Callable[..., Any], made: list[Any]) -> Callable[..., Any]:
+    @functools.wraps(update)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        session.depth += 1
+        try:
+            result = update(*args, **kwargs)
+        finally:
+            session.depth -= 1
+        if session.depth == 0 and made and args and not _traced(args[0]):
+            _optax_step(session, made[0], args, kwargs)
+        return result
+
+    return counted
+
+
+def _optax_step(session: Session, tx: Any, args: Any, kwargs: Any) -> None:
+    doctor = session.attach("optax", functools.partial(_jax_doctor, tx=tx))
+    if doctor is None or not session.counts(tx):
+        return
+    updates, state = args[0], args[1] if len(args) > 1 else kwargs.get("state")
+    params = args[2] if len(args) > 2 else kwargs.get("params")
+    session.depth += 1  # the doctor's own scan of the update (traced) is no step
+    try:
+        session.step(doctor, opt_state=state, params=updates if params is None else params)
+    finally:
+        session.depth -= 1
+
+
+def patch_train_state(session: Session, module: ModuleType) -> None:
+    state_class = module.TrainState
+    original = state_class.apply_gradients
+
+    @functools.wraps(original)
+    def apply_gradients(self: Any, *, grads: Any, **kwargs: Any) -> Any:
+        session.depth += 1  # the optax update inside is part of this step
+        try:
+            state = original(self, grads=grads, **kwargs)
+        finally:
+            session.depth -= 1
+        if session.depth or _traced(grads):
+            return state
+        doctor = session.attach("flax", _jax_doctor)
+        if doctor is None:
+            return state
+        session.depth += 1
+        try:
+            return session.step(doctor, state)
+        finally:
+            session.depth -= 1
+
+    state_class.apply_gradients = apply_gradients
+
+
+def _jax_doctor(**options: Any) -> Any:
+    from leakdoctor.callbacks.flax import LeakDoctor
+
+    return LeakDoctor(**options)
+
+
+def _traced(tree: Any) -> bool:
+    """Whether `tree` holds jax tracers (the update runs inside jit or a scan: not a step of its own)."""
+    import jax
+
+    leaves = jax.tree_util.tree_leaves(tree)
+    return bool(leaves) and isinstance(leaves[0], jax.core.Tracer)

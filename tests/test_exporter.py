@@ -1,0 +1,245 @@
+"""The Prometheus exporter (prometheus_port=): a real leaking torch loop read over HTTP from 127.0.0.1, a
+real Prometheus server scraping it, and the rules around it (loopback only, a registry per doctor, bad
+ports refused at construction, a port in use a warning, LOCAL_RANK offsets, nothing on unsampled steps)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import json
+
+import psutil
+import pytest
+from helpers import isolated
+
+from leakdoctor import LeakDoctor, LeakDoctorWarning
+from leakdoctor.exporter import _series_names, metric_name
+
+prometheus_client = pytest.importorskip("prometheus_client")
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+
+def scrape(address: tuple[str, int]) -> dict[tuple[str, frozenset], float]:
+    """{(sample name, labels): value} of one GET /metrics."""
+    with urllib.request.urlopen(f"http://{address[0]}:{address[1]}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(samples: dict, name: str, **labels: str) -> float:
+    matches = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= ls]
+    assert len(matches) == 1, (name, labels, sorted(k for k in samples if k[0] == name))
+    return matches[0]
+
+
+def listening(port: int) -> list[tuple[str, int]]:
+    """This process's listening sockets on `port`."""
+    return [tuple(c.laddr) for c in psutil.Process().net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- a leaking torch loop, read over HTTP --------------------------------------------------------------
+
+def test_a_leaking_torch_loop_serves_its_series_finding_and_remedy_on_loopback_only():
+    torch = pytest.importorskip("torch")
+    from leakdoctor.callbacks.torch import LeakDoctor as TorchDoctor
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 16), torch.randn(32, 1)
+    doctor = TorchDoctor(model=model, optimizer=optimizer, remedies="all", prometheus_port=0, overhead=1.0,
+                         verbose=False)
+    address = doctor._publisher.exporter.address
+    assert address[0] == "127.0.0.1" and listening(address[1]) == [address]  # nothing on any other address
+    during, hooks = None, 0
+    for step in range(1, 201):
+        model[1].register_forward_hook(lambda module, args, out: None)  # the leak: one more hook every step
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        doctor.step()
+        if step == 90:
+            during, hooks = scrape(address), sum(len(m._forward_hooks) for m in model.modules())
+    after = scrape(address)
+    labels = {"framework": "torch", "rank": "0"}
+    assert value(during, "leakdoctor_step", **labels) == 90
+    assert value(during, "leakdoctor_torch_hooks", **labels) == hooks  # the series, as sampled this step
+    assert value(during, "leakdoctor_rss_bytes", **labels) > 10 * 2**20
+    assert value(during, "leakdoctor_findings", cause="hook_accumulation", state="leak", **labels) == 1
+    assert value(during, "leakdoctor_remedies_applied_total", remedy="remove_hooks", **labels) == 1
+    assert value(during, "leakdoctor_probe_seconds_total", **labels) > 0
+    assert 0 < value(during, "leakdoctor_overhead_fraction", **labels)
+    assert value(after, "leakdoctor_step", **labels) == 200
+    assert value(after, "leakdoctor_findings", cause="hook_accumulation", state="remedied", **labels) == 1
+    assert value(after, "leakdoctor_torch_hooks", **labels) < 10  # remove_hooks dropped the repeats
+    assert value(after, "leakdoctor_remedies_applied_total", remedy="remove_hooks", **labels) == 1
+    summary = doctor.finish()
+    hooks_finding = next(f for f in summary.findings if f.cause == "hook_accumulation")
+    assert hooks_finding.remedy.effective and not summary.errors, summary.text()
+    assert listening(address[1]) == []  # finish() stopped the server
+    with pytest.raises(urllib.error.URLError):
+        scrape(address)
+
+
+def test_each_doctor_has_its_own_registry_and_server():
+    first, second = (LeakDoctor(prometheus_port=0, overhead=1.0, verbose=False) for _ in range(2))
+    first.watch("len(graph.nodes)", lambda: 7)
+    for _ in range(5):
+        first.step()
+    for _ in range(9):
+        second.step()
+    a, b = scrape(first._publisher.exporter.address), scrape(second._publisher.exporter.address)
+    assert value(a, "leakdoctor_step") == 5 and value(b, "leakdoctor_step") == 9
+    assert value(a, "leakdoctor_len_graph_nodes") == 7 and not any(n == "leakdoctor_len_graph_nodes" for n, _ in b)
+    assert not any(m.name.startswith("leakdoctor") for m in prometheus_client.REGISTRY.collect())
+    first.finish(), second.finish()
+
+
+def test_unsampled_steps_publish_nothing():
+    doctor = LeakDoctor(prometheus_port=0, verbose=False)  # the default budget: a µs step is sampled rarely
+    calls = []
+    publish = doctor._publisher.publish
+    doctor._publisher.publish = lambda *args: (calls.append(args[0]), publish(*args))
+    for _ in range(5000):
+        doctor.step()
+    doctor.finish()
+    assert 0 < len(calls) < 5000 / 8, len(calls)  # one publish per sample, none in between
+    assert calls == sorted(set(calls))
+
+
+def test_series_names_follow_prometheus_rules_and_never_collide():
+    assert metric_name("len(Model.outputs)") == "leakdoctor_len_Model_outputs"
+    assert metric_name("mlx_cache_bytes") == "leakdoctor_mlx_cache_bytes"
+    assert metric_name("9 lives") == "leakdoctor_9_lives" and metric_name("()") == "leakdoctor_series"
+    names = _series_names({"step": 1, "a.b": 2, "a:b": 3, "a b": 4, "findings": 5})
+    assert names == {"step": "leakdoctor_step_2", "a.b": "leakdoctor_a_b", "a:b": "leakdoctor_a:b",
+                     "a b": "leakdoctor_a_b_2", "findings": "leakdoctor_findings_2"}
+
+
+# --- the rules around the port -------------------------------------------------------------------------
+
+def test_bad_ports_and_hosts_fail_at_construction():
+    for port in (-1, 65536, "9464", True, 9464.0):
+        with pytest.raises(ValueError, match="prometheus_port"):
+            LeakDoctor(prometheus_port=port)
+    for host in ("", "local host", 127):
+        with pytest.raises(ValueError, match="prometheus_host"):
+            LeakDoctor(prometheus_port=0, prometheus_host=host)
+    with pytest.raises(ValueError, match="needs prometheus_port"):
+        LeakDoctor(prometheus_host="0.0.0.0")
+
+
+def test_a_port_in_use_is_a_warning_and_training_goes_on():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.warns(LeakDoctorWarning, match=f"cannot serve /metrics on 127.0.0.1:{port}"):
+            doctor = LeakDoctor(prometheus_port=port, overhead=1.0, verbose=False)
+        for _ in range(30):
+            doctor.step()
+        summary = doctor.finish()
+    assert summary.steps == 30 and [e["part"] for e in summary.errors] == ["prometheus"]
+
+
+def test_each_local_rank_serves_base_port_plus_its_rank(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    port = free_port()
+    doctor = LeakDoctor(prometheus_port=port - 1, verbose=False)
+    try:
+        assert doctor._publisher.exporter.address == ("127.0.0.1", port)
+    finally:
+        doctor.finish()
+    with pytest.raises(ValueError, match="LOCAL_RANK=1"):
+        LeakDoctor(prometheus_port=65535)
+
+
+# --- Keras: one server for the callback's life, both clocks ----------------------------------------------
+
+def keras_fit_metrics() -> dict:
+    """A Keras fit (torch backend) with the callback's exporter: what a scrape shows after the fit."""
+    import os
+
+    os.environ["KERAS_BACKEND"] = "torch"
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import keras
+    import numpy as np
+
+    from leakdoctor.callbacks.keras import LeakDoctorCallback
+
+    x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    callback = LeakDoctorCallback(prometheus_port=0, overhead=1.0, verbose=False)
+    model.fit(x, x[:, :1], epochs=2, batch_size=16, verbose=0, callbacks=[callback])
+    address = callback.doctor._publisher.exporter.address
+    samples = {f"{name}{dict(sorted(labels))}": v for (name, labels), v in scrape(address).items()}
+    callback.finish()
+    return {"samples": samples, "closed": listening(address[1]) == []}
+
+
+def test_the_keras_callback_serves_both_clocks_until_it_finishes():
+    result = isolated(keras_fit_metrics, timeout=300)
+    samples = result["samples"]
+    assert samples["leakdoctor_step{'clock': 'call', 'framework': 'keras', 'rank': '0'}"] == 1  # one fit call
+    assert samples["leakdoctor_step{'clock': 'batch', 'framework': 'keras', 'rank': '0'}"] == 8  # 2 epochs x 4
+    assert samples["leakdoctor_rss_bytes{'clock': 'batch', 'framework': 'keras', 'rank': '0'}"] > 0
+    assert result["closed"]
+
+
+# --- a real Prometheus server --------------------------------------------------------------------------
+
+def test_a_real_prometheus_scrapes_the_exporter(tmp_path):
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("the prometheus binary is not installed (Debian: apt-get install prometheus)")
+    doctor = LeakDoctor(prometheus_port=0, overhead=1.0, verbose=False)
+    for _ in range(30):
+        doctor.step()
+    target = "%s:%d" % doctor._publisher.exporter.address
+    web = free_port()
+    (tmp_path / "prometheus.yml").write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        f"scrape_configs:\n  - job_name: leakdoctor\n    static_configs:\n      - targets: ['{target}']\n")
+    server = subprocess.Popen([binary, f"--config.file={tmp_path / 'prometheus.yml'}",
+                               f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{web}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    query = f"http://127.0.0.1:{web}/api/v1/query?" + urllib.parse.urlencode({"query": "leakdoctor_rss_bytes"})
+    result: list = []
+    try:
+        deadline = time.monotonic() + 60
+        while not result and time.monotonic() < deadline and server.poll() is None:
+            time.sleep(0.5)
+            try:
+                with urllib.request.urlopen(query, timeout=5) as response:
+                    result = json.loads(response.read())["data"]["result"]
+            except (urllib.error.URLError, ConnectionError):
+                continue  # not listening yet
+    finally:
+        server.terminate()
+        try:
+            _, errors = server.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            _, errors = server.communicate()
+        doctor.finish()
+    assert result, f"no leakdoctor_rss_bytes in Prometheus after 60 s; prometheus said:\n{errors.decode()[-2000:]}"
+    series = result[0]
+    assert series["metric"]["__name__"] == "leakdoctor_rss_bytes" and series["metric"]["job"] == "leakdoctor"
+    assert series["metric"]["framework"] == "python" and series["metric"]["rank"] == "0"
+    assert float(series["value"][1]) > 10 * 2**20

@@ -1,0 +1,190 @@
+"""`leakdoctor run` on real, unedited scripts (tests/scripts/), each in its own process: the leak found at
+each framework's natural step, the script run exactly as `python script.py` runs it (output, exit
+status, traceback, imports), SIGTERM and Ctrl-C mid-run, --step-on, --fail-on-leak and bad options.
+
+Options shared by the leak tests: `-o overhead=1.0` samples every step (these tests are about where the
+doctor attaches and what it names, not about pacing), and a memory limit fixes materiality whatever the
+machine's RAM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+
+import pytest
+from procs import SCRIPTS, Watched, leakdoctor_run, run
+
+FAST = ("-o", "overhead=1.0", "-o", "memory_limit=4GiB")
+#: Small windows for JAX loops, where each leaking step compiles (a fraction of a second).
+JAX_FAST = ("-o", "warmup=10", "-o", "window=4", "-o", "investigate_steps=4", "-o", "memory_limit=4GiB")
+
+
+def line_of(script: str, marker: str) -> int:
+    lines = (SCRIPTS / script).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if f"# {marker}" in line)
+
+
+def finding(summary: dict, cause: str) -> dict:
+    found = [f for f in summary["findings"] if f["cause"] == cause and not f["benign"]]
+    assert found, f"no {cause}: {[(f['cause'], f['metric']) for f in summary['findings']]}; notes {summary['notes']}"
+    return found[0]
+
+
+def leak_run(tmp_path, script: str, *args: str, options=FAST, **env: str) -> tuple[dict, object]:
+    """Run a script under `leakdoctor run --summary`; the summary and the completed process."""
+    path = tmp_path / "leaks.json"
+    result = run(leakdoctor_run(*options, "--summary", path, SCRIPTS / script, *args), cwd=tmp_path, **env)
+    assert path.exists(), f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return json.loads(path.read_text()), result
+
+
+# --- leaks found where each framework steps ------------------------------------------------------------
+
+def test_torch_hooks_registered_every_step_are_found_at_the_optimizer_step(tmp_path):
+    summary, result = leak_run(tmp_path, "torch_hooks.py", "150", options=(*FAST, "--fail-on-leak"))
+    assert result.stdout.startswith("trained 150 steps, loss ")
+    assert result.returncode == 1, result.stderr  # the script succeeded; --fail-on-leak turns a leak into 1
+    assert summary["framework"] == "torch" and summary["steps"] == 150 and summary["verdict"] == "leak"
+    found = finding(summary, "hook_accumulation")
+    assert found["location"].endswith(f"torch_hooks.py:{line_of('torch_hooks.py', 'HOOK')}"), found
+    assert "forward hooks" in found["evidence"]  # the model was found from the optimizer's parameters
+    assert "hook_accumulation on torch_hooks" in result.stderr
+
+
+def test_lightning_outputs_kept_are_found_and_sigterm_is_left_to_lightning(tmp_path):
+    """Lightning owns SIGTERM during fit (a SIGTERMException at the next step): the run ends its way, and
+    the callback's summary holds the finding and the exception."""
+    path = tmp_path / "leaks.json"
+    watched = Watched(leakdoctor_run(*FAST, "--summary", path, SCRIPTS / "lightning_outputs.py", "100000"),
+                      cwd=tmp_path)
+    watched.wait_for("retained_graph on len(Leaky.outputs)", stream="err", timeout=150)
+    watched.process.send_signal(signal.SIGTERM)
+    status = watched.finish()
+    assert status == 0, watched.stderr  # Lightning's SIGTERMException is a SystemExit without a code
+    summary = json.loads(path.read_text())
+    assert summary["framework"] == "lightning" and summary["verdict"] == "leak"
+    found = finding(summary, "retained_graph")
+    assert found["metric"] == "len(Leaky.outputs)"
+    assert found["location"].endswith(f"lightning_outputs.py:{line_of('lightning_outputs.py', 'MADE')})"), found
+    assert any(note.startswith("the run ended with SIGTERMException") for note in summary["notes"]), summary["notes"]
+
+
+def test_lightning_ddp_ranks_started_by_lightning_run_under_the_doctor_too(tmp_path):
+    """Lightning starts rank 1 as a subprocess running the script; it runs under `leakdoctor run` with the
+    same options, so rank 0's callback gathers both ranks (without rank 1's callback it would wait forever)."""
+    summary, result = leak_run(tmp_path, "lightning_outputs.py", "100", "2")
+    assert result.returncode == 0 and "rank 0 trained 100 steps" in result.stdout, result.stderr
+    assert [(r["rank"], r["verdict"]) for r in summary["ranks"]] == [(0, "leak"), (1, "leak")], summary["ranks"]
+    assert all(f["cause"] == "retained_graph" for r in summary["ranks"] for f in r["findings"])
+
+
+def test_keras_models_built_in_a_loop_are_found_across_fit_calls(tmp_path):
+    summary, result = leak_run(tmp_path, "keras_models_in_a_loop.py", "20", options=("-o", "memory_limit=4GiB"),
+                               KERAS_BACKEND="torch")
+    assert result.returncode == 0 and result.stdout == "fitted 20 models\n", result.stderr
+    assert summary["framework"] == "keras" and summary["steps"] == 20  # one step per fit call
+    found = finding(summary, "python_objects")
+    line = line_of("keras_models_in_a_loop.py", "FIT-IN-LOOP")
+    assert found["location"].endswith(f"keras_models_in_a_loop.py:{line}"), found
+    assert "keras.backend.clear_session()" in found["recommendation"]
+
+
+def test_mlx_updates_never_evaluated_are_found_at_optimizer_update(tmp_path):
+    pytest.importorskip("mlx.core")
+    summary, result = leak_run(tmp_path, "mlx_lazy.py", "200")
+    assert result.returncode == 0 and result.stdout == "trained 200 steps\n", result.stderr
+    assert summary["framework"] == "mlx" and summary["steps"] == 200
+    found = finding(summary, "lazy_graph")
+    assert found["metric"] == "rss_bytes"
+
+
+def test_optax_update_with_an_unjitted_cond_is_found_at_the_update(tmp_path):
+    summary, result = leak_run(tmp_path, "optax_radam.py", "45", options=JAX_FAST)
+    assert result.returncode == 0 and result.stdout == "trained 45 steps\n", result.stderr
+    assert summary["framework"] == "jax" and summary["steps"] == 45  # the outermost update of the chain only
+    found = finding(summary, "compile_cache")
+    from leakdoctor.examples import old_radam
+
+    cond = next(i for i, line in enumerate(open(old_radam.__file__).read().splitlines(), 1)
+                if "lax.cond(" in line and "# RADAM-COND" in line)
+    assert found["location"].endswith(f"old_radam.py:{cond}"), found
+    assert "lax.cond" in found["evidence"]
+
+
+@pytest.mark.parametrize("step_on, args, marker", [("train_step", (), "KEPT"),
+                                                   ("plain_steps:train_step", ("module",), "KEPT-MODULE")])
+def test_step_on_names_the_step_of_a_plain_script(tmp_path, step_on, args, marker):
+    summary, result = leak_run(tmp_path, "plain_step.py", *args, options=(*FAST, "--step-on", step_on))
+    assert result.returncode == 0 and result.stdout == "done\n", result.stderr
+    assert summary["framework"] == "python" and summary["steps"] == 150
+    found = finding(summary, "python_objects")
+    script = "plain_steps.py" if args else "plain_step.py"
+    assert found["location"].endswith(f"{script}:{line_of(script, marker)}"), found  # line numbers unchanged
+
+
+# --- the script runs as Python runs it ------------------------------------------------------------------
+
+def test_a_clean_script_keeps_its_output_status_and_imports(tmp_path):
+    script = SCRIPTS / "clean_torch.py"
+    plain = run([sys.executable, script, "a", "--", "-b"], cwd=tmp_path)
+    watched = run(leakdoctor_run(script, "a", "--", "-b"), cwd=tmp_path)
+    assert plain.returncode == watched.returncode == 3
+    assert watched.stdout == plain.stdout  # argv, __name__, sys.path[0], __file__, imports, losses
+    assert "imported before the script's own imports: []" in plain.stdout
+    assert plain.stderr == ""
+    assert watched.stderr.startswith("leakdoctor: torch, 120 steps, verdict CLEAN"), watched.stderr  # the summary only
+    assert "leakdoctor: step" not in watched.stderr
+
+
+def test_an_uncaught_exception_prints_the_scripts_traceback_and_the_summary_notes_it(tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text("def step(i):\n    return i\n\n\ndef train():\n    for i in range(30):\n        step(i)\n"
+                      "    raise ValueError('diverged')\n\n\ntrain()\n")
+    plain = run([sys.executable, script], cwd=tmp_path)
+    watched = run(leakdoctor_run("--step-on", "step", "--summary", tmp_path / "leaks.json", script), cwd=tmp_path)
+    assert plain.returncode == watched.returncode == 1
+    assert "ValueError: diverged" in plain.stderr
+    assert watched.stderr.startswith(plain.stderr), watched.stderr  # the same traceback, then the summary
+    summary = json.loads((tmp_path / "leaks.json").read_text())
+    assert summary["steps"] == 30 and "the run ended with ValueError at step 30" in summary["notes"]
+
+
+def test_sigterm_mid_run_leaves_a_complete_summary(tmp_path):
+    path = tmp_path / "leaks.json"
+    watched = Watched(leakdoctor_run(*FAST, "--summary", path, SCRIPTS / "torch_hooks.py", "1000000"), cwd=tmp_path)
+    watched.wait_for("hook_accumulation on torch_hooks", stream="err")
+    watched.process.send_signal(signal.SIGTERM)
+    assert watched.finish() == -signal.SIGTERM, watched.stderr
+    summary = json.loads(path.read_text())
+    assert summary["schema"] == "leakdoctor.summary/1" and summary["verdict"] == "leak" and summary["steps"] > 60
+    assert finding(summary, "hook_accumulation")["metric"] == "torch_hooks"
+    assert summary["series"]["torch_hooks"]["end"] > 60
+    assert any(note.startswith("the run ended with SIGTERM at step") for note in summary["notes"]), summary["notes"]
+
+
+def test_ctrl_c_ends_as_python_ends_and_the_summary_is_written(tmp_path):
+    script = tmp_path / "interrupted.py"
+    script.write_text("from leakdoctor.examples import numpy_cycles\nimport time\n"
+                      "numpy_cycles.run(lambda: None, steps=5)\n"
+                      "raise KeyboardInterrupt\n")
+    plain = run([sys.executable, script], cwd=tmp_path)
+    watched = run(leakdoctor_run("--step-on", "leakdoctor.examples.numpy_cycles:MLP.step", "--summary",
+                                 tmp_path / "leaks.json", script), cwd=tmp_path)
+    assert plain.returncode == watched.returncode == -signal.SIGINT  # Python re-raises SIGINT to end
+    assert watched.stderr.startswith(plain.stderr), watched.stderr
+    summary = json.loads((tmp_path / "leaks.json").read_text())
+    assert summary["steps"] == 5 and "the run ended with KeyboardInterrupt at step 5" in summary["notes"]
+
+
+def test_bad_options_fail_before_the_script_runs(tmp_path):
+    script = tmp_path / "never.py"
+    script.write_text("open('ran', 'w').close()\n")
+    for options, message in [(("--remedies", "most"), "remedies"), (("-o", "colour=1"), "-o 'colour=1'"),
+                             (("--prometheus-port", "70000"), "prometheus_port"), (("--step-on", "a b"), "--step-on"),
+                             (("--prometheus-host", "0.0.0.0"), "prometheus_port")]:
+        result = run(leakdoctor_run(*options, script), cwd=tmp_path)
+        assert result.returncode == 2 and message in result.stderr, (options, result.stderr)
+    assert not (tmp_path / "ran").exists()
+    missing = run(leakdoctor_run(tmp_path / "missing.py"), cwd=tmp_path)
+    assert missing.returncode == 2 and "can't open file" in missing.stderr
