@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from leakdoctor import remedies
+from leakdoctor import oom, remedies
 from leakdoctor.detect import is_material
 from leakdoctor.diagnosis import diagnose, unexplained_notes
 from leakdoctor.guard import Guard
@@ -61,6 +61,7 @@ class Clinic:
         self.findings: list[Finding] = []
         self.treatments: list[Treatment] = []
         self.notes: list[str] = []
+        self.sites: list[dict[str, Any]] = []  # allocation sites the investigations saw grow (oom.py)
         self.forensic_seconds = 0.0
         self.remedy_seconds = 0.0
         self.deferred = 0  # suspicions left for later because investigations had used their budget
@@ -145,6 +146,7 @@ class Clinic:
         specs: dict[str, MetricSpec] = {m: s.spec for m, s in self.monitor.series.items()}
         evidence = investigation.finish(self._step, self.monitor.trends(), specs, self.settings.remedies,
                                          self.settings.horizon)
+        self.sites = oom.allocation_sites(evidence.reports, self.sites, self._step)
         findings = diagnose(evidence, self.practice.rules, self.guard)
         self.notes += unexplained_notes(evidence, findings)
         explained: set[str] = set()

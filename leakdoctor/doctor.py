@@ -16,7 +16,7 @@ import weakref
 from functools import partial
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
-from leakdoctor import __version__, exporter, report, termination
+from leakdoctor import __version__, exporter, limits, oom, report, stopping, termination
 from leakdoctor.clinic import FORENSIC_BUDGET, Clinic, Practice
 from leakdoctor.diagnosis import GENERIC_RULES
 from leakdoctor.guard import Guard
@@ -42,7 +42,12 @@ class LeakDoctor:
 
     remedies: "off" (detect and recommend), "safe" (semantics-preserving remedies), "all", or a list of
     remedy names. warmup: steps ignored at the start. window: steps per detection window (a leak is
-    suspected after 6 windows of growth). horizon: steps over which a growth must matter. memory_limit: bytes or "8GiB" (default: RAM or cgroup limit).
+    suspected after 6 windows of growth). horizon: steps over which a growth must matter. memory_limit: bytes or "8GiB"
+    (default: the tightest of RAM, the cgroup limit and RLIMIT_AS/DATA; leakdoctor/limits.py).
+    on_limit: "warn", "stop" (end the run with `should_stop` after calling `checkpoint`) or a callable given
+    the summary so far, when an unremedied leak is projected to reach the memory limit within
+    `limit_margin` (steps, or a fraction of the steps so far; see leakdoctor/stopping.py). oom_snapshot: a
+    path for the CUDA allocator snapshot, dumped if the run dies out of memory (leakdoctor/oom.py).
     prometheus_port: serve the series and findings on http://127.0.0.1:PORT/metrics (+ LOCAL_RANK; 0: any
     free port); prometheus_host: another address to bind, only when you name one.
     """
@@ -68,15 +73,21 @@ class LeakDoctor:
         prometheus_port: int | None = None,
         prometheus_host: str | None = None,
         integrations: Sequence[Integration] = (),
+        on_limit: str | Callable[[Summary], Any] = "warn",
+        limit_margin: int | float = 0.1,
+        checkpoint: Callable[[], Any] | None = None,
+        oom_snapshot: Any = None,
     ) -> None:
         self.settings = Settings.create(
             remedies=remedies, warmup=warmup, window=window, horizon=horizon, memory_limit=memory_limit,
             alpha=alpha, investigate_steps=investigate_steps, verify_windows=verify_windows, overhead=overhead,
             summary_path=summary_path, plot_path=plot_path, verbose=verbose, rank=rank,
-            prometheus_port=prometheus_port, prometheus_host=prometheus_host)
+            prometheus_port=prometheus_port, prometheus_host=prometheus_host, on_limit=on_limit,
+            limit_margin=limit_margin, checkpoint=checkpoint, oom_snapshot=oom_snapshot)
         self._guard = Guard()
         self._watchlist = python.Watchlist(self._guard)
-        parts = [process.integration(self.settings.memory_limit, self.settings.overhead),
+        self._memory = limits.process_limit(self.settings.memory_limit)
+        parts = [process.integration(self._memory.bytes, self.settings.overhead),
                  python.integration(self._watchlist), *integrations]
         self._probes = Probes([p for part in parts for p in part.probes], {
             name: MetricSpec(name, "seconds", role="supporting", source="process") for name in (STEP_TIME, STEP_CPU)},
@@ -88,6 +99,8 @@ class LeakDoctor:
                             rules=[r for part in parts for r in part.rules] + GENERIC_RULES,
                             targets=self.targets, read=self._probes.read_all)
         self._clinic = Clinic(self.settings, self._monitor, practice, self._guard, self._say)
+        self._limit_watch = stopping.LimitWatch(self.settings, self._guard, self._limit_of, self._say)
+        self._snapshot = oom.Snapshot(self.settings.oom_snapshot)
         self._step = 0
         self._context: Mapping[str, Any] = {}
         self._sampler = Pacer(budget=self.settings.overhead)
@@ -160,6 +173,9 @@ class LeakDoctor:
         self._probe_seconds += (end - start) - (clinic.forensic_seconds + clinic.remedy_seconds - elsewhere)
         self._busy_since_sample += end - start
         self._idle = clinic.idle
+        if sampled:  # on every sample, so that the watch knows how far apart samples are
+            self._guard.call("limit watch", self._limit_watch.check, self._step, clinic.findings, self._monitor,
+                             self._summary_now)
 
     def finish(self, exception: BaseException | None = None) -> Summary:
         """End the run: conclude what is pending, build the summary, write, plot and print it. Safe to
@@ -174,6 +190,8 @@ class LeakDoctor:
         self._idle = False
         self._guard.call("finish", self._clinic.conclude_pending, self._step)
         summary = self._guard.call("summary", self._build_summary) or self._bare_summary()
+        summary = self._guard.call("post-mortem", oom.post_mortem, summary, exception, self._step, self._clinic.sites,
+                                   self._monitor, self._snapshot) or summary
         summary = self._guard.call("complete summary", self._complete, summary, exception) or summary
         self._result = summary
         self._emit(summary)
@@ -189,6 +207,9 @@ class LeakDoctor:
     @property
     def summary(self) -> Summary:
         """The final summary after `finish()`, else a snapshot of the run so far."""
+        return self._summary_now()
+
+    def _summary_now(self) -> Summary:
         if self._result is not None:
             return self._result
         return self._guard.call("summary", self._build_summary) or self._bare_summary()
@@ -196,6 +217,11 @@ class LeakDoctor:
     @property
     def steps(self) -> int:
         return self._step
+
+    @property
+    def should_stop(self) -> bool:
+        """True once on_limit="stop" decided to end the run (loops: `if doctor.should_stop: break`)."""
+        return self._limit_watch.should_stop
 
     @property
     def readings(self) -> dict[str, float]:
@@ -283,23 +309,32 @@ class LeakDoctor:
 
     def _build_summary(self) -> Summary:
         findings, notes = report.final_findings(self._clinic.findings, self._monitor, self.settings)
+        first = min(report.projections(findings, self._monitor, self._step), key=lambda p: p.step, default=None)
         return Summary(
             framework=self.framework,
             steps=self._step,
             series={name: report.series_summary(self._monitor, name, self.settings) for name in self._monitor.series},
             findings=findings,
-            projected_limit_step=report.projection(findings, self._monitor, self._step),
+            projected_limit_step=first.step if first else None,
             overhead=self._overhead(),
             notes=list(dict.fromkeys(self._clinic.notes + notes)),
             errors=list(self._guard.errors),
             rank=self.settings.rank,
             version=__version__,
             settings=report.settings_record(self.settings, self._sampler.every),
+            memory_limit=self._limit_of(first.metric if first else "rss_bytes"),
+            stopped=self._limit_watch.stopped,
         )
 
     def _bare_summary(self) -> Summary:
         return Summary(self.framework, self._step, {}, list(self._clinic.findings), notes=list(self._clinic.notes),
-                       errors=list(self._guard.errors), rank=self.settings.rank, version=__version__)
+                       errors=list(self._guard.errors), rank=self.settings.rank, version=__version__,
+                       memory_limit=self._memory.record(), stopped=self._limit_watch.stopped)
+
+    def _limit_of(self, metric: str) -> dict[str, Any] | None:
+        """The summary's `memory_limit` entry for a metric: which limit it was held to, and why."""
+        series = self._monitor.series.get(metric)
+        return limits.describe(series.spec if series else None, self._memory, self.settings.memory_limit)
 
     def _overhead(self) -> dict[str, float]:
         """The doctor's monitoring time against the whole step: the user's code plus the remedies, whose
@@ -342,4 +377,4 @@ def _finish_at_exit(ref: "weakref.ReferenceType[LeakDoctor]") -> None:
     """Write the summary at interpreter exit if the run never called finish()."""
     doctor = ref()
     if doctor is not None:
-        doctor.finish()
+        doctor.finish(oom.uncaught())

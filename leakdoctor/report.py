@@ -4,7 +4,7 @@ the run's state and return new objects, so a snapshot in the middle of a run cha
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -95,22 +95,50 @@ def series_summary(monitor: Monitor, name: str, settings: Settings) -> SeriesSum
     return SeriesSummary(series.spec.unit, start, end, float(series.peak), slope, kind, series.points)
 
 
-def projection(findings: list[Finding], monitor: Monitor, step: int) -> int | None:
-    """The first step at which an unremedied leak is projected to reach its metric's limit."""
-    steps = []
+class Projection(NamedTuple):
+    """Where one leak takes one metric it explains: `level` now, growing at `rate`, reaches `limit` at `step`."""
+
+    finding: Finding
+    metric: str
+    rate: float
+    level: float
+    limit: float
+    step: int
+
+
+def projections(findings: list[Finding], monitor: Monitor, step: int, verifying: bool = True) -> list[Projection]:
+    """Each leak without an effective remedy, projected onto every metric with a limit that it explains
+    (a container's growth that explains resident memory is projected on resident memory, at that
+    metric's own slope since the leak began). `verifying=False` leaves out leaks whose remedy is still
+    being verified."""
+    found = []
     for finding in findings:
-        series = monitor.series.get(finding.metric)
-        if finding.benign or (finding.remedy and finding.remedy.effective) or series is None:
+        remedy = finding.remedy
+        if finding.benign or (remedy and (remedy.effective or (remedy.effective is None and not verifying))):
             continue
-        left = steps_to_limit(series.end or 0.0, finding.rate_per_step, series.spec.limit)
-        if left is not None:
-            steps.append(step + int(left))
-    return min(steps) if steps else None
+        for metric in dict.fromkeys((finding.metric, *finding.explains)):
+            series = monitor.series.get(metric)
+            if series is None or not series.spec.limit:
+                continue
+            rate = finding.rate_per_step if metric == finding.metric else \
+                theil_sen(*series.minima(0, finding.first_step))[0]
+            level = series.end or 0.0
+            left = steps_to_limit(level, rate, series.spec.limit)
+            if left is not None:
+                found.append(Projection(finding, metric, rate, level, series.spec.limit, step + int(left)))
+    return found
+
+
+def projection(findings: list[Finding], monitor: Monitor, step: int) -> int | None:
+    """The first step at which an unremedied leak is projected to reach a limit."""
+    return min((p.step for p in projections(findings, monitor, step)), default=None)
 
 
 def settings_record(settings: Settings, sample_stride: int) -> dict[str, Any]:
     return {"remedies": list(settings.remedies), "warmup": settings.warmup, "window": settings.window,
-            "horizon": settings.horizon, "memory_limit": settings.memory_limit, "sample_stride": sample_stride}
+            "horizon": settings.horizon, "memory_limit": settings.memory_limit, "sample_stride": sample_stride,
+            "on_limit": settings.on_limit if isinstance(settings.on_limit, str) else "callable",
+            "limit_margin": settings.limit_margin}
 
 
 def latency_steps(settings: Settings, stride: int) -> int:

@@ -8,7 +8,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from leakdoctor import remedies as remedy_registry
 
@@ -33,6 +33,10 @@ class Settings:
     plot_path: Path | None = None
     verbose: bool = True
     rank: int = 0
+    on_limit: str | Callable[[Any], Any] = "warn"
+    limit_margin: int | float = 0.1
+    checkpoint: Callable[[], Any] | None = None
+    oom_snapshot: Path | None = None
     prometheus_port: int | None = None
     prometheus_host: str = "127.0.0.1"
 
@@ -52,6 +56,10 @@ class Settings:
         plot_path: str | os.PathLike[str] | None = None,
         verbose: bool = True,
         rank: int = 0,
+        on_limit: str | Callable[[Any], Any] = "warn",
+        limit_margin: int | float = 0.1,
+        checkpoint: Callable[[], Any] | None = None,
+        oom_snapshot: str | os.PathLike[str] | None = None,
         prometheus_port: int | None = None,
         prometheus_host: str | None = None,
     ) -> "Settings":
@@ -71,6 +79,10 @@ class Settings:
             plot_path=_writable("plot_path", plot_path),
             verbose=_bool("verbose", verbose),
             rank=_int("rank", rank, minimum=0),
+            on_limit=_on_limit(on_limit),
+            limit_margin=_margin(limit_margin),
+            checkpoint=_callable_or_none("checkpoint", checkpoint),
+            oom_snapshot=_writable("oom_snapshot", oom_snapshot),
             prometheus_port=_port(prometheus_port, prometheus_host),
             prometheus_host=_host(prometheus_host),
         )
@@ -120,6 +132,28 @@ def _fraction(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise ValueError(f"{name}={value!r}: expected a fraction of step time in (0, 1], e.g. 0.005")
     return float(value)
+
+
+def _on_limit(value: Any) -> str | Callable[[Any], Any]:
+    if value in ("warn", "stop") or (callable(value) and not isinstance(value, str)):
+        return value
+    raise ValueError(f"on_limit={value!r}: expected 'warn', 'stop', or a callable that receives the summary so far")
+
+
+def _margin(value: Any) -> int | float:
+    """Steps (an int >= 0) or a fraction of the steps run so far (a float in (0, 1))."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, float) and 0 < value < 1:
+        return value
+    raise ValueError(f"limit_margin={value!r}: expected steps (an int >= 0, e.g. 200) or a fraction of the steps "
+                     f"run so far (a float in (0, 1), e.g. 0.1)")
+
+
+def _callable_or_none(name: str, value: Any) -> Callable[..., Any] | None:
+    if value is None or callable(value):
+        return value
+    raise ValueError(f"{name}={value!r}: expected a callable (called with no arguments) or None")
 
 
 def parse_bytes(value: int | float | str) -> float:

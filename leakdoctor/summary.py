@@ -122,10 +122,14 @@ class Summary:
     rank: int = 0
     version: str = ""
     settings: dict[str, Any] = field(default_factory=dict)
+    memory_limit: dict[str, Any] | None = None
+    stopped: dict[str, Any] | None = None
+    oom: dict[str, Any] | None = None
 
     @property
     def verdict(self) -> str:
-        return verdict_of(self.findings)
+        """As verdict_of; a run that on_limit stopped had a leak, whatever its findings became."""
+        return "leak" if self.stopped else verdict_of(self.findings)
 
     @property
     def leaks(self) -> list[Finding]:
@@ -147,6 +151,8 @@ class Summary:
             "notes": list(self.notes),
             "errors": list(self.errors),
             "settings": dict(self.settings),
+            "memory_limit": self.memory_limit,
+            **{key: value for key, value in (("stopped", self.stopped), ("oom", self.oom)) if value is not None},
         }
 
     def to_json(self) -> str:
@@ -173,6 +179,9 @@ class Summary:
             rank=data.get("rank", 0),
             version=data.get("version", ""),
             settings=data.get("settings", {}),
+            memory_limit=data.get("memory_limit"),
+            stopped=data.get("stopped"),
+            oom=data.get("oom"),
         )
 
     @classmethod
@@ -235,7 +244,8 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 def render_text(summary: Summary) -> str:
     """The table printed at the end of a run."""
-    lines = [f"leakdoctor: {summary.framework}, {summary.steps} steps, verdict {summary.verdict.upper()}"]
+    lines = _ending(summary)
+    lines.append(f"leakdoctor: {summary.framework}, {summary.steps} steps, verdict {summary.verdict.upper()}")
     rows = [["metric", "start", "end", "peak", "per step", "trend"]]
     for name, s in summary.series.items():
         rows.append([name] + [format_value(v, s.unit) for v in (s.start, s.end, s.peak, s.slope_per_step)] + [s.trend])
@@ -258,7 +268,9 @@ def render_text(summary: Summary) -> str:
     for r in summary.ranks:
         lines.append(f"rank {r.get('rank')}: verdict {r.get('verdict')}, {len(r.get('findings', []))} finding(s)")
     if summary.projected_limit_step is not None:
-        lines.append(f"\nprojected to reach the memory limit at step {summary.projected_limit_step}")
+        limit = summary.memory_limit or {}
+        of = f" ({format_value(limit['bytes'], 'bytes')}, {limit['source']})" if limit.get("bytes") else ""
+        lines.append(f"\nprojected to reach the memory limit{of} at step {summary.projected_limit_step}")
     lines += [f"note: {n}" for n in summary.notes]
     lines += [f"switched off: {e['part']}: {e['error']}" for e in summary.errors]
     overhead = summary.overhead.get("fraction_of_step_time")
@@ -267,6 +279,28 @@ def render_text(summary: Summary) -> str:
         paced = f" (a sample every {stride} step(s): a fast leak is found within ~{latency} steps)" if latency else ""
         lines.append(f"overhead: {overhead:.2%} of step time{paced}")
     return "\n".join(lines)
+
+
+def _ending(summary: Summary) -> list[str]:
+    """How the run ended, when that comes first: stopped before the memory limit, or out of memory."""
+    lines = []
+    if summary.stopped:
+        stop = summary.stopped
+        lines.append(f"STOPPED at step {stop['step']} before the memory limit: {stop['reason']}")
+        lines.append(f"  checkpoint: {stop.get('checkpoint') or 'none saved'}")
+    if summary.oom:
+        oom = summary.oom
+        lines.append(f"OUT OF MEMORY at step {oom['step']}: {oom['error']}")
+        for row in oom.get("growing", []):
+            lines.append(f"  growing: {row['metric']} {format_value(row['slope_per_step'], 'bytes')}/step "
+                         f"since step {row['since_step']}")
+        for site in oom.get("sites", []):
+            what = f"{site['count']} x {site['tensors']}" if site.get("tensors") else f"{site['count']} allocations"
+            lines.append(f"  allocated: {site.get('location') or '?'}: {what}, +{format_value(site['bytes'], 'bytes')} "
+                         f"({site['seen_by']}, step {site['step']})")
+        if oom.get("snapshot"):
+            lines.append(f"  CUDA allocator snapshot: {oom['snapshot']} (open it at https://pytorch.org/memory_viz)")
+    return lines + ([""] if lines else [])
 
 
 def _remedy_line(outcome: RemedyOutcome, unit: str) -> str:

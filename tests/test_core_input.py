@@ -120,7 +120,8 @@ def test_a_probe_or_rule_that_raises_is_switched_off_once():
     summary = doctor.finish()
     parts = sorted(e["part"] for e in summary.errors)
     assert parts == ["probe flaky", "rule broken_rule"]
-    assert sum(issubclass(w.category, LeakDoctorWarning) for w in caught) == 2
+    failures = [w for w in caught if issubclass(w.category, LeakDoctorWarning) and "failed" in str(w.message)]
+    assert len(failures) == 2  # once each (the leak's projection toward the memory limit is warned apart)
     assert summary.series["widgets"].end == 30
     assert [f.cause for f in summary.leaks] == ["python_objects"]  # the other rules still ran
 

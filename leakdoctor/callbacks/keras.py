@@ -26,6 +26,13 @@ cumulative summary is written to `summary_path` (atomically) and printed if `ver
 verbose is not 0; the doctor keeps running. `finish()` (or interpreter exit) ends it: the final summary
 is written, plotted to `plot_path` and printed. Copies of the callback are the callback itself
 (KerasTuner deep-copies callbacks for every trial), so trials share one history too.
+
+With `on_limit="stop"`, when a fit's unremedied leak is projected to reach the memory limit within the
+margin, the callback saves the model (`model.save`, a .keras file next to `summary_path`, else in the
+working directory), calls `checkpoint=` if given, and sets `model.stop_training`. The across-calls doctor
+cannot stop the user's loop of calls: for it "stop" acts as "warn". Keras gives callbacks no exception
+hook: use the callback as a context manager (`with LeakDoctorCallback(...) as doctor:`), call
+`finish(exception)`, or let the program end, and an out-of-memory error gets its post-mortem.
 """
 
 from __future__ import annotations
@@ -35,9 +42,10 @@ import dataclasses
 import sys
 import weakref
 from functools import partial
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
-from leakdoctor import doctor, termination
+from leakdoctor import doctor, oom, termination
 from leakdoctor.exporter import Publisher
 from leakdoctor.guard import Guard
 from leakdoctor.integrations import Integration
@@ -96,13 +104,18 @@ class _Fit:
     notes: list[str] = dataclasses.field(default_factory=list)
     errors: list[dict[str, str]] = dataclasses.field(default_factory=list)
     probe_seconds: float = 0.0
+    stopped: dict[str, Any] | None = None
+    oom: dict[str, Any] | None = None
 
     @classmethod
     def ended(cls, number: int, label: str, summary: Summary) -> "_Fit":
         return cls(number, None, findings=[per_call(f, number, summary.steps, label) for f in summary.findings],
                    notes=[f"{label}: {note}" for note in summary.notes],
                    errors=[{**e, "part": f"{label}: {e['part']}"} for e in summary.errors],
-                   probe_seconds=summary.overhead.get("probe_seconds", 0.0))
+                   probe_seconds=summary.overhead.get("probe_seconds", 0.0),
+                   stopped=summary.stopped and {**summary.stopped, "step": number, "batch": summary.stopped["step"],
+                                                "reason": f"{label}: {summary.stopped['reason']}"},
+                   oom=summary.oom and {**summary.oom, "step": number, "batch": summary.oom["step"]})
 
 
 class _Hooks:
@@ -122,6 +135,8 @@ class _Hooks:
             raise ValueError(f"call_options: unknown setting(s) {unknown}: valid ones are {sorted(CALL_DEFAULTS)}")
         self._batch_options = dict(remedies=remedies, verbose=verbose, **options)
         self._call_options = {**self._batch_options, **CALL_DEFAULTS, **(call_options or {})}
+        if self._call_options.get("on_limit") == "stop":  # a callback cannot stop the loop of calls
+            self._call_options.update(on_limit="warn", checkpoint=None)
         settings = Settings.create(summary_path=summary_path, plot_path=plot_path, **self._batch_options)
         Settings.create(**self._call_options)  # bad values fail here, not at the first fit
         self.settings = settings
@@ -155,15 +170,16 @@ class _Hooks:
             return self._result
         return self._cumulative()
 
-    def finish(self) -> Summary:
+    def finish(self, exception: BaseException | None = None) -> Summary:
         """End the callback: conclude what is pending, write, plot and print the final summary. Safe to call
-        more than once; the instance ignores later fit/predict calls."""
+        more than once; the instance ignores later fit/predict calls. `exception`: what ended the run, if
+        anything (an out-of-memory error gets its post-mortem)."""
         if self._result is not None:
             return self._result
         atexit.unregister(self._atexit)
         termination.unregister(self)
-        self._guard.call("keras callback", self._abandon)
-        final = self.doctor.finish()
+        self._guard.call("keras callback", self._abandon, exception)
+        final = self.doctor.finish(exception)
         self._result = self._cumulative(final)
         self._write(self._result)
         if self.settings.plot_path is not None:
@@ -188,8 +204,8 @@ class _Hooks:
     def __enter__(self) -> "_Hooks":
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
-        self.finish()
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        self.finish(exc)
         return False
 
     # --- Keras hooks ---------------------------------------------------------------------------------
@@ -245,8 +261,11 @@ class _Hooks:
         if kind == "train":
             number = self.doctor.steps + 1
             label = f"fit() call {number}" + (f" at {site}" if site else "")
+            options = {**self._batch_options, "oom_snapshot": None}  # the across-calls doctor records it
+            if options.get("on_limit") == "stop":
+                options["checkpoint"] = self._saver(number, options.get("checkpoint"))
             self._fit = _Fit(number, KerasDoctor(self._calls, label, self._model, publisher=self._fit_publisher,
-                                                 **self._batch_options))
+                                                 **options))
 
     def _end(self, kind: str) -> None:
         if self._result is not None or not self._open or self._open[-1] != kind:
@@ -265,29 +284,44 @@ class _Hooks:
             if shown:
                 print(summary.text(), file=sys.stderr)
 
-    def _abandon(self) -> None:
+    def _abandon(self, exception: BaseException | None = None) -> None:
         """A call that began and never ended (it raised, or was interrupted): note it, end its fit doctor."""
         if self._open:
             self._notes.append(f"call {self.doctor.steps + 1}, {_KINDS[self._open[0]]}() at {self._calls.site}, "
                                f"did not return (it raised, or was interrupted)")
             self._open.clear()
-            self._end_fit()
+            self._end_fit(exception)
 
-    @staticmethod
-    def _step_batch(fit: _Fit) -> None:
+    def _step_batch(self, fit: _Fit) -> None:
         if fit.pending and fit.doctor is not None:
             fit.pending = False
             fit.doctor.step()
+            if fit.doctor.should_stop and self._model is not None:
+                self._model.stop_training = True
 
-    def _end_fit(self) -> None:
+    def _saver(self, number: int, user: Callable[[], Any] | None) -> Callable[[], str]:
+        """The checkpoint on_limit="stop" takes in fit `number`: the user's `checkpoint=` (guarded), then the
+        model, saved as a .keras file next to the summary (else in the working directory)."""
+        def save() -> str:
+            if user is not None:
+                self._guard.call("checkpoint", user)
+            folder = self.settings.summary_path.parent if self.settings.summary_path else Path.cwd()
+            batch = self._fit.doctor.steps if self._fit and self._fit.doctor else self._batches
+            path = folder / f"leakdoctor-stop-fit{number}-batch{batch}.keras"
+            self.model.save(path)  # `model`, not `_model`: on JAX it syncs the state of the running fit first
+            return str(path)
+
+        return save
+
+    def _end_fit(self, exception: BaseException | None = None) -> None:
         """Finish the current fit's doctor and keep what the cumulative summary needs of it."""
         fit, self._fit = self._fit, None
         if fit is None or fit.doctor is None:
             return
         self._step_batch(fit)
-        ended = _Fit.ended(fit.number, fit.doctor.label, fit.doctor.finish())
+        ended = _Fit.ended(fit.number, fit.doctor.label, fit.doctor.finish(exception))
         self._fit_probe_seconds += ended.probe_seconds
-        if ended.findings or ended.notes or ended.errors:  # a clean fit leaves nothing behind
+        if ended.findings or ended.notes or ended.errors or ended.stopped or ended.oom:  # a clean fit leaves nothing
             self._fits.append(dataclasses.replace(ended, probe_seconds=0.0))
 
     # --- the cumulative summary ----------------------------------------------------------------------
@@ -316,7 +350,11 @@ class _Hooks:
         notes.insert(0, f"steps are fit/evaluate/predict calls ({_count(calls.steps, 'call')}, "
                         f"{_count(self._batches, 'training batch')}); the series hold one reading at the end of "
                         f"each call")
-        return dataclasses.replace(calls, findings=findings, notes=notes, errors=errors, overhead=overhead)
+        fits = self._fits + now
+        stopped = next((fit.stopped for fit in fits if fit.stopped), calls.stopped)
+        died = next((fit.oom for fit in reversed(fits) if fit.oom), calls.oom)
+        return dataclasses.replace(calls, findings=findings, notes=notes, errors=errors, overhead=overhead,
+                                   stopped=stopped, oom=died)
 
     def _write(self, summary: Summary) -> None:
         path = self.settings.summary_path
@@ -352,7 +390,7 @@ def _finish_at_exit(ref: "weakref.ReferenceType[_Hooks]") -> None:
     """Write the final summary at interpreter exit if nobody called finish()."""
     callback = ref()
     if callback is not None:
-        callback.finish()
+        callback.finish(oom.uncaught())
 
 
 def __getattr__(name: str) -> Any:

@@ -12,14 +12,21 @@ writes `summary_path`. Checkpoints keep the doctor's step count, findings and no
 resumed run counts on and keeps its findings; the memory series start afresh in the new process, after a
 new warm-up. In DDP the checkpoint holds rank 0's state, which every rank resumes from.
 
+With `on_limit="stop"`, when an unremedied leak is projected to reach the memory limit within the margin,
+the callback saves a checkpoint (`trainer.save_checkpoint`) into the ModelCheckpoint's folder, else
+`default_root_dir/checkpoints`, calls `checkpoint=` if given, and sets `trainer.should_stop`; resume with
+`Trainer.fit(ckpt_path=...)`. Under DDP one rank cannot stop (or save) alone without hanging the others,
+so there "stop" acts as "warn".
+
 Works with `lightning` and `pytorch_lightning`: the class derives from the Callback of each of the two that
 is imported when it is first used (lightning.pytorch if neither is), so import Lightning first.
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from leakdoctor.callbacks.torch import LeakDoctor
 from leakdoctor.guard import Guard
@@ -63,8 +70,11 @@ class _Hooks:
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
+        options = {**self._options, "rank": trainer.global_rank}
+        if options.get("on_limit") == "stop":  # (under DDP the torch doctor makes it "warn")
+            options["checkpoint"] = _saver(trainer, options.get("checkpoint"), self._guard)
         self.doctor = self._guard.call("start", LightningDoctor, model=pl_module, optimizer=optimizer,
-                                       watch_model=self.watch_module, **{**self._options, "rank": trainer.global_rank})
+                                       watch_model=self.watch_module, **options)
         if self.doctor is not None and self._resumed:
             self._guard.call("resume", self.doctor.load_state_dict, self._resumed)
 
@@ -72,6 +82,8 @@ class _Hooks:
         if self.doctor is None:
             return
         self.doctor.step()
+        if self.doctor.should_stop:
+            trainer.should_stop = True
         every = trainer.log_every_n_steps
         if every and trainer.global_step % every == 0:
             self._guard.call("logging", self._log, trainer)
@@ -106,6 +118,20 @@ class _Hooks:
         for logger in trainer.loggers:
             separator = getattr(logger, "group_separator", "/")
             logger.log_metrics({f"{self.log_prefix}{separator}{k}": v for k, v in readings.items()}, step=step)
+
+
+def _saver(trainer: Any, user: Callable[[], Any] | None, guard: Guard) -> Callable[[], str]:
+    """The checkpoint on_limit="stop" takes: the user's `checkpoint=` (guarded), then the trainer's own."""
+    def save() -> str:
+        if user is not None:
+            guard.call("checkpoint", user)
+        folder = getattr(trainer.checkpoint_callback, "dirpath", None) or os.path.join(trainer.default_root_dir,
+                                                                                       "checkpoints")
+        path = os.path.join(folder, f"leakdoctor-stop-step={trainer.global_step}.ckpt")
+        trainer.save_checkpoint(path)
+        return path
+
+    return save
 
 
 def _callback_bases() -> tuple[type, ...]:

@@ -9,7 +9,8 @@
 The engine plus the PyTorch integration: device memory, the model's hooks, tensors that keep their
 autograd graph across steps, DataLoader workers; the model's list attributes are watched too. Under
 torch.distributed every rank measures itself, and `finish()` (on every rank) hands rank 0 one summary
-with every rank's findings (`ranks` in the JSON); only rank 0 writes a file and prints.
+with every rank's findings (`ranks` in the JSON); only rank 0 writes a file and prints. There
+on_limit="stop" acts as "warn": a rank that left the loop alone would leave the others waiting for it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from leakdoctor import doctor, ranks
 from leakdoctor.integrations import torch as torch_integration
+from leakdoctor.stopping import warn
 from leakdoctor.summary import Summary
 
 
@@ -37,6 +39,9 @@ class LeakDoctor(doctor.LeakDoctor):
             options.setdefault("rank", rank)
             if options["rank"] > 0:  # rank 0 writes the summary of every rank
                 options.update(summary_path=None, plot_path=None)
+            if options.get("on_limit") == "stop" and torch_integration.require_torch().distributed.get_world_size() > 1:
+                warn("leakdoctor: on_limit='stop' acts as 'warn' under torch.distributed: one rank cannot stop alone")
+                options["on_limit"] = "warn"
         super().__init__(integrations=[part, *options.pop("integrations", ())], **options)
         if model is not None and watch_model:
             self.watch_object(torch_integration.unwrap(model))

@@ -15,6 +15,7 @@ from typing import Callable, Mapping
 
 import psutil
 
+from leakdoctor import limits
 from leakdoctor.diagnosis import Evidence
 from leakdoctor.integrations import Cleanup, Integration, MetricSpec, Rule
 from leakdoctor.summary import Finding, format_value
@@ -109,20 +110,6 @@ def malloc_trim() -> Callable[[], object] | None:
     return lambda: trim(0)
 
 
-def memory_limit() -> float:
-    """The smaller of physical memory and this container's cgroup limit, in bytes."""
-    total = float(psutil.virtual_memory().total)
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            with open(path, encoding="ascii") as fh:
-                text = fh.read().strip()
-        except OSError:
-            continue
-        if text.isdigit():
-            total = min(total, float(text))
-    return total
-
-
 def workers_rule(probe: WorkerProbe) -> Rule:
     def dataloader_workers(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         metric = "workers_uss_bytes"
@@ -148,7 +135,7 @@ def integration(limit: float | None = None, budget: float = 0.005) -> Integratio
     trim = malloc_trim()
     return Integration(
         name="process",
-        probes=[RssProbe(limit or memory_limit()), workers],
+        probes=[RssProbe(limit or limits.process_limit().bytes), workers],
         cleanups=[Cleanup("malloc_trim", trim, settle=True)] if trim else [],
         rules=[workers_rule(workers)],
     )

@@ -70,7 +70,7 @@ class Session:
         if doctor is None:
             return None
         if self.kind == "keras":
-            return doctor.finish()
+            return doctor.finish(exception)
         if self.kind == "lightning":
             if doctor.doctor is None:  # a Trainer that never fitted
                 print(NO_STEP, file=sys.stderr)

@@ -1,0 +1,153 @@
+"""Out of memory: recognising the error a run dies of, and the post-mortem its summary carries.
+
+When a run ends with an out-of-memory error, the summary says so first (`"oom": {"step", "error"}`),
+with what was growing up to the last step (the fastest-growing byte series, measured on their history
+whether or not an investigation concluded) and the allocation sites the investigations saw grow
+(tracemalloc lines, the tensor census's kept tensors). With `oom_snapshot=path` on CUDA, the caching
+allocator records its history from the start and the snapshot is dumped at the OOM, for PyTorch's
+memory_viz (https://pytorch.org/memory_viz), as Composer's OOMObserver does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+from leakdoctor.detect import theil_sen
+from leakdoctor.monitor import Monitor
+from leakdoctor.summary import Summary
+
+#: Exception classes (by name, anywhere in the class's MRO) that mean memory ran out: Python's and
+#: numpy's MemoryError, torch's OutOfMemoryError (CUDA, and torch.OutOfMemoryError), TensorFlow/Keras's
+#: ResourceExhaustedError.
+TYPES = frozenset({"MemoryError", "OutOfMemoryError", "ResourceExhaustedError"})
+#: Messages of RuntimeErrors that mean memory ran out: torch's CPU allocator ("DefaultCPUAllocator:
+#: can't allocate memory", "not enough memory"), CUDA/MPS ("out of memory"), XLA ("RESOURCE_EXHAUSTED"),
+#: MLX ("[malloc] Unable to allocate", "[metal::malloc] ..."). Lower case.
+MESSAGES = ("can't allocate memory", "not enough memory", "out of memory", "resource_exhausted",
+            "[malloc] unable to allocate", "[metal::malloc]")
+#: Sites and series a post-mortem keeps.
+SITES = 8
+GROWING = 3
+#: History points (the most recent) on which the growth of each series is measured.
+TAIL = 128
+
+
+def is_oom(exception: BaseException | None) -> bool:
+    """Did memory run out? The exception, or one it was raised from or during."""
+    seen: set[int] = set()
+    while exception is not None and id(exception) not in seen:
+        seen.add(id(exception))
+        if TYPES & {cls.__name__ for cls in type(exception).__mro__}:
+            return True
+        if isinstance(exception, RuntimeError) and any(m in str(exception).lower() for m in MESSAGES):
+            return True
+        if isinstance(exception, OSError) and exception.errno == errno.ENOMEM:
+            return True
+        exception = exception.__cause__ or exception.__context__
+    return False
+
+
+def uncaught() -> BaseException | None:
+    """The exception that ended the program, at interpreter exit (None if it ended normally)."""
+    return getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+
+
+def error_text(exception: BaseException) -> str:
+    """'MemoryError: Unable to allocate 8.00 MiB ...' (first line, at most 500 characters)."""
+    text = str(exception).strip().splitlines()
+    return f"{type(exception).__name__}: {text[0][:500] if text else ''}".rstrip(": ")
+
+
+def allocation_sites(reports: Mapping[str, Any], seen: list[dict[str, Any]], step: int) -> list[dict[str, Any]]:
+    """The sites an investigation's forensics saw grow (tracemalloc's allocation lines, the tensor census's
+    kept tensors), merged into those seen before: the latest look at a place wins; the user's lines
+    first, then the largest."""
+    new = []
+    growth = reports.get("tracemalloc")
+    for site in getattr(growth, "sites", [])[:SITES]:
+        new.append({"location": site.location, "bytes": float(site.size), "count": site.count,
+                    "user": bool(site.user), "seen_by": "tracemalloc", "step": step})
+    census = reports.get("tensor_census")
+    held = ", ".join(h.name for h in getattr(census, "holders", [])[:3]) or None
+    for description, count, size, graph in getattr(census, "groups", [])[:SITES]:
+        new.append({"location": held, "tensors": description, "bytes": float(size), "count": count,
+                    "user": graph, "seen_by": "tensor_census", "step": step})
+    merged = {(s["seen_by"], s["location"], s.get("tensors")): s for s in seen + new}
+    return sorted(merged.values(), key=lambda s: (s["user"], s["bytes"]), reverse=True)[:SITES]
+
+
+def growing(monitor: Monitor) -> list[dict[str, Any]]:
+    """The byte series that grew over their recent history (warm-up included: a run may die in it),
+    fastest first."""
+    rows = []
+    for name, series in monitor.series.items():
+        if series.spec.unit != "bytes":
+            continue
+        steps, values = series.history()
+        steps, values = steps[-TAIL:], values[-TAIL:]
+        if len(values) < 3:
+            continue
+        slope = theil_sen(steps, values)[0]
+        if slope > 0:
+            rows.append({"metric": name, "slope_per_step": slope, "since_step": int(steps[0]),
+                         "end": float(values[-1])})
+    return sorted(rows, key=lambda r: r["slope_per_step"], reverse=True)[:GROWING]
+
+
+def post_mortem(summary: Summary, exception: BaseException | None, step: int, sites: list[dict[str, Any]],
+                monitor: Monitor, snapshot: "Snapshot") -> Summary:
+    """The summary with its `oom` entry when `exception` is an out-of-memory error (and the CUDA snapshot
+    dumped, if asked for); the summary unchanged otherwise."""
+    notes = [snapshot.note] if snapshot.note else []
+    if not is_oom(exception):
+        snapshot.stop()
+        return dataclasses.replace(summary, notes=summary.notes + notes) if notes else summary
+    assert exception is not None
+    record = {"step": step, "error": error_text(exception), "growing": growing(monitor), "sites": sites[:SITES]}
+    dumped = snapshot.dump()
+    if dumped:
+        record["snapshot"] = dumped
+    return dataclasses.replace(summary, oom=record, notes=summary.notes + notes)
+
+
+class Snapshot:
+    """`oom_snapshot=path`: on CUDA, record the caching allocator's history from the doctor's start
+    (torch.cuda.memory._record_memory_history) and dump it at an out-of-memory error; elsewhere a note
+    says that nothing is recorded."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.note: str | None = None
+        self._memory: Any = None
+        if path is None:
+            return
+        try:
+            import torch
+        except ImportError:
+            self.note = (f"oom_snapshot={str(path)!r}: needs torch with CUDA (pip install leakdoctor[torch]); "
+                         f"nothing recorded")
+            return
+        if not torch.cuda.is_available():
+            self.note = f"oom_snapshot={str(path)!r}: CUDA is not available, so there is no allocator history to record"
+            return
+        torch.cuda.memory._record_memory_history(max_entries=100_000)
+        self._memory = torch.cuda.memory
+
+    def dump(self) -> str | None:
+        """Write the snapshot to the path; stop recording."""
+        if self._memory is None:
+            return None
+        try:
+            self._memory._dump_snapshot(str(self.path))
+        finally:
+            self.stop()
+        return str(self.path)
+
+    def stop(self) -> None:
+        if self._memory is not None:
+            memory, self._memory = self._memory, None
+            memory._record_memory_history(enabled=None)

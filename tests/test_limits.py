@@ -1,0 +1,188 @@
+"""Where a run really runs out of memory (leakdoctor/limits.py): cgroup v2 and v1 limits read from real
+files laid out under a root folder as /proc and /sys are (this process's own cgroup, its ancestors, a
+container that sees the host's path, hybrid hierarchies); RLIMIT_AS and RLIMIT_DATA read in a fresh
+process that really set them; physical memory; the user's override; and which limit a summary says it
+used."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+
+from leakdoctor import LeakDoctor, limits
+from leakdoctor.integrations import MetricSpec
+
+MIB = 2**20
+GIB = 2**30
+V1_NO_LIMIT = "9223372036854771712"
+
+
+def lay_out(root: Path, files: dict[str, str]) -> Path:
+    """Write `files` ({path under root: text}) as real files under `root`."""
+    for name, text in files.items():
+        path = root / name.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def mountinfo(*mounts: tuple[str, str, str, str]) -> str:
+    """mountinfo lines for (mount root, mount point, fstype, super options)."""
+    return "".join(f"{30 + i} 23 0:{28 + i} {root} {point} rw,relatime - {fstype} {fstype} {options}\n"
+                   for i, (root, point, fstype, options) in enumerate(mounts))
+
+
+# --- cgroup v2 -------------------------------------------------------------------------------------------
+
+def test_cgroup_v2_limit_of_this_process_own_nested_cgroup(tmp_path):
+    root = lay_out(tmp_path, {
+        "/proc/self/cgroup": "0::/user.slice/job-7/worker\n",
+        "/proc/self/mountinfo": mountinfo(("/", "/sys/fs/cgroup", "cgroup2", "rw,nsdelegate")),
+        "/sys/fs/cgroup/user.slice/memory.max": "max\n",
+        "/sys/fs/cgroup/user.slice/job-7/memory.max": f"{3 * GIB}\n",
+        "/sys/fs/cgroup/user.slice/job-7/worker/memory.max": "max\n",
+    })
+    limit = limits.cgroup_limit(root)
+    assert limit == limits.Limit(3 * GIB, "cgroup", "/sys/fs/cgroup/user.slice/job-7/memory.max")
+
+
+def test_cgroup_v2_takes_the_tightest_of_the_cgroup_and_its_ancestors(tmp_path):
+    root = lay_out(tmp_path, {
+        "/proc/self/cgroup": "0::/a/b\n",
+        "/proc/self/mountinfo": mountinfo(("/", "/sys/fs/cgroup", "cgroup2", "rw")),
+        "/sys/fs/cgroup/a/memory.max": f"{GIB}\n",
+        "/sys/fs/cgroup/a/b/memory.max": f"{4 * GIB}\n",
+    })
+    assert limits.cgroup_limit(root).bytes == GIB
+
+
+def test_cgroup_v2_without_any_limit_is_none(tmp_path):
+    root = lay_out(tmp_path, {
+        "/proc/self/cgroup": "0::/a\n",
+        "/proc/self/mountinfo": mountinfo(("/", "/sys/fs/cgroup", "cgroup2", "rw")),
+        "/sys/fs/cgroup/a/memory.max": "max\n",
+    })
+    assert limits.cgroup_limit(root) is None
+
+
+def test_a_container_that_sees_the_host_path_reads_its_own_cgroup_at_the_mount(tmp_path):
+    # no cgroup namespace: /proc/self/cgroup names the host's path, the mount shows the container's cgroup
+    root = lay_out(tmp_path, {
+        "/proc/self/cgroup": "0::/system.slice/docker-abc.scope\n",
+        "/proc/self/mountinfo": mountinfo(("/system.slice/docker-abc.scope", "/sys/fs/cgroup", "cgroup2", "rw")),
+        "/sys/fs/cgroup/memory.max": f"{2 * GIB}\n",
+    })
+    assert limits.cgroup_limit(root) == limits.Limit(2 * GIB, "cgroup", "/sys/fs/cgroup/memory.max")
+
+
+# --- cgroup v1 -------------------------------------------------------------------------------------------
+
+def test_cgroup_v1_limit_of_this_process_memory_cgroup_beside_an_empty_v2(tmp_path):
+    # a hybrid host, as on this project's machines: controllers on v1, an empty unified hierarchy
+    root = lay_out(tmp_path, {
+        "/proc/self/cgroup": "9:name=systemd:/\n5:cpu,cpuacct:/jobs\n4:memory:/process_api/7a08\n0::/\n",
+        "/proc/self/mountinfo": mountinfo(("/", "/sys/fs/cgroup/cpu,cpuacct", "cgroup", "rw,cpu,cpuacct"),
+                                          ("/", "/sys/fs/cgroup/memory", "cgroup", "rw,memory"),
+                                          ("/", "/sys/fs/cgroup/unified", "cgroup2", "rw")),
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes": V1_NO_LIMIT,
+        "/sys/fs/cgroup/memory/process_api/memory.limit_in_bytes": V1_NO_LIMIT,
+        "/sys/fs/cgroup/memory/process_api/7a08/memory.limit_in_bytes": f"{1536 * MIB}\n",
+        "/sys/fs/cgroup/cpu,cpuacct/jobs/memory.limit_in_bytes": "1024\n",  # not the memory controller
+    })
+    limit = limits.cgroup_limit(root)
+    assert limit == limits.Limit(1536 * MIB, "cgroup", "/sys/fs/cgroup/memory/process_api/7a08/memory.limit_in_bytes")
+
+
+def test_cgroup_v1_no_limit_value_means_none(tmp_path):
+    root = lay_out(tmp_path, {
+        "/proc/self/cgroup": "4:memory:/a\n",
+        "/proc/self/mountinfo": mountinfo(("/", "/sys/fs/cgroup/memory", "cgroup", "rw,memory")),
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes": V1_NO_LIMIT,
+        "/sys/fs/cgroup/memory/a/memory.limit_in_bytes": V1_NO_LIMIT,
+    })
+    assert limits.cgroup_limit(root) is None
+
+
+def test_without_mountinfo_the_usual_mount_points_are_read(tmp_path):
+    root = lay_out(tmp_path, {
+        "/proc/self/cgroup": "4:memory:/a\n",
+        "/sys/fs/cgroup/memory/a/memory.limit_in_bytes": f"{GIB}\n",
+    })
+    assert limits.cgroup_limit(root).bytes == GIB
+
+
+def test_no_cgroup_files_leave_physical_memory(tmp_path):
+    assert limits.cgroup_limit(tmp_path) is None
+    limit = limits.process_limit(root=tmp_path)
+    if limit.source == "RAM":  # unless this machine's own rlimits are tighter
+        assert limit.bytes == psutil.virtual_memory().total
+
+
+def test_process_limit_takes_the_tightest_source(tmp_path):
+    root = lay_out(tmp_path, {
+        "/proc/self/cgroup": "0::/job\n",
+        "/proc/self/mountinfo": mountinfo(("/", "/sys/fs/cgroup", "cgroup2", "rw")),
+        "/sys/fs/cgroup/job/memory.max": f"{256 * MIB}\n",
+    })
+    assert limits.process_limit(root=root) == limits.Limit(256 * MIB, "cgroup", "/sys/fs/cgroup/job/memory.max")
+    assert limits.process_limit(GIB, root=root) == limits.Limit(GIB, "user", "memory_limit=")  # the override wins
+
+
+# --- rlimits, set for real in a fresh process -------------------------------------------------------------
+
+RLIMIT_SCRIPT = textwrap.dedent("""
+    import json, resource, sys
+    import psutil
+    from leakdoctor import LeakDoctor, limits
+
+    kind, headroom = sys.argv[1], int(sys.argv[2])
+    usage = psutil.Process().memory_info()
+    used = usage.vms if kind == "RLIMIT_AS" else usage.data
+    resource.setrlimit(getattr(resource, kind), (used + headroom, resource.RLIM_INFINITY))
+    found = [l for l in limits.rlimits() if l.detail.startswith(kind)]
+    doctor = LeakDoctor(verbose=False)
+    for _ in range(5):
+        doctor.step()
+    print(json.dumps({"limit": found[0].bytes, "detail": found[0].detail, "rss": usage.rss,
+                      "summary": doctor.finish().memory_limit, "soft": used + headroom}))
+""")
+
+
+@pytest.mark.parametrize("kind", ["RLIMIT_AS", "RLIMIT_DATA"])
+def test_an_rlimit_set_in_a_process_is_its_limit_as_a_resident_size(kind):
+    import json
+
+    headroom = 400 * MIB
+    run = subprocess.run([sys.executable, "-c", RLIMIT_SCRIPT, kind, str(headroom)], capture_output=True, text=True,
+                         timeout=120, check=True)
+    result = json.loads(run.stdout)
+    assert result["detail"].startswith(f"{kind} {result['soft']} bytes")
+    # the headroom the rlimit leaves is the headroom of the resident size (within what settled meanwhile)
+    assert abs((result["limit"] - result["rss"]) - headroom) < 16 * MIB
+    assert result["summary"]["source"] == "rlimit" and result["summary"]["bytes"] <= result["limit"] + 16 * MIB
+
+
+# --- which limit a summary used ------------------------------------------------------------------------------
+
+def test_the_summary_says_the_user_limit_it_used():
+    doctor = LeakDoctor(memory_limit="1.5GiB", verbose=False)
+    for _ in range(5):
+        doctor.step()
+    summary = doctor.finish()
+    assert summary.memory_limit == {"bytes": 1.5 * GIB, "source": "user", "detail": "memory_limit="}
+    assert summary.to_dict()["memory_limit"]["source"] == "user"
+
+
+def test_a_device_series_is_held_to_its_device_total():
+    process = limits.Limit(8 * GIB, "cgroup", "/sys/fs/cgroup/memory.max")
+    cuda = MetricSpec("cuda_allocated_bytes", "bytes", limit=80 * GIB, source="cuda", where="cuda:0")
+    assert limits.describe(cuda, process, None) == {"bytes": 80 * GIB, "source": "device", "detail": "cuda:0"}
+    mlx = MetricSpec("mlx_active_bytes", "bytes", limit=4 * GIB, source="mlx")
+    assert limits.describe(mlx, process, 4 * GIB)["source"] == "user"  # memory_limit= given to MLX's series
+    assert limits.describe(MetricSpec("rss_bytes", "bytes", limit=8 * GIB), process, None) == process.record()
+    assert limits.describe(MetricSpec("jax_live_bytes_cpu", "bytes"), process, None) is None  # no limit on CPU
