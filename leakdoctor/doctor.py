@@ -272,7 +272,7 @@ class LeakDoctor:
             findings=findings,
             projected_limit_step=report.projection(findings, self._monitor, self._step),
             overhead=self._overhead(),
-            notes=list(dict.fromkeys(self._clinic.notes + notes)),
+            notes=list(dict.fromkeys(self._clinic.notes + notes + report.skipped_notes(self._monitor))),
             errors=list(self._guard.errors),
             rank=self.settings.rank,
             version=__version__,

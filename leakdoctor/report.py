@@ -48,6 +48,12 @@ def _material(finding: Finding, series: Any, settings: Settings) -> bool:
     return is_material(finding.unit, finding.rate_per_step, series.end or 0.0, settings.horizon, series.spec.limit)
 
 
+def skipped_notes(monitor: Monitor) -> list[str]:
+    """One note per metric that read NaN or inf: those readings were left out of its series."""
+    return [f"{metric} read NaN or inf {count} time(s), first at step {first}: those readings were left out"
+            for metric, (first, count) in monitor.skipped.items()]
+
+
 def stopped(finding: Finding, monitor: Monitor, settings: Settings) -> bool:
     """Did the growth stop by itself after detection? Judged on the last 2 * verify_windows windows (a
     cache that went on filling for a while after detection and then stayed bounded has stopped)."""

@@ -4,6 +4,7 @@ as a text table, and (with the [plot] extra) as a PNG via `leakdoctor.plot`."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
@@ -150,7 +151,8 @@ class Summary:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, default=_jsonable)
+        """Strict JSON: a NaN or infinite number is written as null (JSON has no NaN or Infinity)."""
+        return json.dumps(_strict(self.to_dict()), indent=2, allow_nan=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Summary":
@@ -193,10 +195,17 @@ class Summary:
         plot_summary(self, path)
 
 
-def _jsonable(value: Any) -> Any:
-    if hasattr(value, "item"):
-        return value.item()
-    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+def _strict(value: Any) -> Any:
+    """`value` with numpy scalars made Python numbers and non-finite floats made None, all the way down."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _strict(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(item) for item in value]
+    if hasattr(value, "item") and not isinstance(value, (str, int)):
+        return _strict(value.item())
+    return value
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -1,0 +1,134 @@
+"""Never the doctor's fault (issue #15): each failure found by the reliability sweep, reproduced on the
+real code path (a real leaking loop, real files, a real fork, a real ulimit, real threads), with the
+fixed behaviour asserted. Scenarios that measure memory run in a fresh process (tests/helpers.isolated).
+(The Lightning ones are in test_lightning.py.)"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import isolated
+
+from leakdoctor import LeakDoctor, LeakDoctorWarning, detect
+from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec
+
+#: Fixed so that materiality does not depend on the RAM of the machine running the tests.
+LIMIT = "2GiB"
+
+
+def strict_json(text: str) -> Any:
+    """Parse as a strict JSON parser would: NaN, Infinity and -Infinity are not JSON."""
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def broken_probe() -> Integration:
+    """An integration whose probe raises on its first read."""
+    def read() -> dict[str, float]:
+        raise RuntimeError("the probe broke")
+
+    return Integration("broken", probes=[FunctionProbe("broken", read, {"broken": MetricSpec("broken")})])
+
+
+def leaking_loop(doctor: LeakDoctor, steps: int, per_step: int = 25_000) -> list[np.ndarray]:
+    """A real leak: every step keeps an array of `per_step` float64 (200 kB by default)."""
+    kept = []
+    for _ in range(steps):
+        kept.append(np.ones(per_step))
+        doctor.step()
+    return kept
+
+
+# --- 1. NaN and inf readings ---------------------------------------------------------------------------
+
+def leak_beside_a_bad_gauge(path: str) -> dict:
+    """A 200 kB/step leak next to a gauge that reads NaN every 7th call and inf every 11th."""
+    calls = itertools.count()
+
+    def ratio() -> float:
+        n = next(calls)
+        return math.nan if n % 7 == 0 else math.inf if n % 11 == 0 else 0.5
+
+    doctor = LeakDoctor(overhead=1.0, memory_limit=LIMIT, summary_path=path, verbose=False)
+    doctor.watch("ratio", ratio)
+    leaking_loop(doctor, 300)
+    summary = doctor.finish()
+    return {"verdict": summary.verdict, "steps": summary.steps, "errors": summary.errors, "notes": summary.notes,
+            "leaks": [(f.cause, f.metric) for f in summary.leaks], "text": Path(path).read_text()}
+
+
+def test_a_nan_gauge_is_skipped_and_the_leak_beside_it_is_found(tmp_path):
+    result = isolated(leak_beside_a_bad_gauge, str(tmp_path / "leaks.json"))
+    assert result["steps"] == 300 and result["errors"] == []  # the doctor never switched itself off
+    assert result["verdict"] == "leak" and ("rss_bytes" in {m for _, m in result["leaks"]}), result
+    skipped = [n for n in result["notes"] if n.startswith("ratio read NaN or inf")]
+    assert len(skipped) == 1 and "first at step 1" in skipped[0], result["notes"]  # flagged once
+    data = strict_json(result["text"])
+    ratio = data["series"]["ratio"]
+    assert ratio["end"] == 0.5 and ratio["peak"] == 0.5 and all(v == 0.5 for _, v in ratio["points"])
+
+
+def test_non_finite_values_are_written_as_null_in_strict_json(tmp_path):
+    doctor = LeakDoctor(verbose=False, summary_path=tmp_path / "leaks.json")
+    summary = doctor.finish()
+    summary.overhead["fraction_of_step_time"] = math.inf
+    summary.settings["memory_limit"] = np.float32("nan")
+    summary.notes.append("fine")
+    data = strict_json(summary.to_json())
+    assert data["overhead"]["fraction_of_step_time"] is None and data["settings"]["memory_limit"] is None
+    assert data["notes"] == ["fine"]
+
+
+@pytest.mark.parametrize("n", [3, 7, 12, 13, 48, 200])
+def test_trend_statistics_never_raise_on_non_finite_values(n):
+    x = np.arange(n) * 3
+    for poison in (math.nan, math.inf, -math.inf):
+        y = np.cumsum(np.ones(n))
+        y[:: max(2, n // 3)] = poison
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for data in (y, list(y)):
+                detect.mann_kendall(data)
+                detect.theil_sen(x, data)
+            detect.assess(x, y, 0.01)
+            detect.classify(x, y, 2, 0.01)
+
+
+# --- 2. warnings as errors -------------------------------------------------------------------------------
+
+def failing_parts_under_warnings_as_errors(path: str, category: str) -> dict:
+    """A failing gauge and a failing probe beside a leak, with LeakDoctorWarning (or every warning) made an
+    error: nothing escapes step() or finish(), and the summary is written."""
+    warnings.simplefilter("error", LeakDoctorWarning if category == "leakdoctor" else Warning)
+    doctor = LeakDoctor(overhead=1.0, memory_limit=LIMIT, summary_path=path, verbose=False,
+                        integrations=[broken_probe()])
+    doctor.watch("bad", lambda: 1 / 0)
+    leaking_loop(doctor, 300)
+    summary = doctor.finish()
+    return {"verdict": summary.verdict, "steps": summary.steps, "parts": [e["part"] for e in summary.errors],
+            "written": json.loads(Path(path).read_text())["verdict"]}
+
+
+@pytest.mark.parametrize("category", ["leakdoctor", "all"])
+def test_warnings_as_errors_never_reach_the_loop(tmp_path, category):
+    result = isolated(failing_parts_under_warnings_as_errors, str(tmp_path / "leaks.json"), category)
+    assert sorted(result["parts"]) == ["gauge 'bad'", "probe broken"], result
+    assert result["steps"] == 300 and result["verdict"] == result["written"] == "leak"
+
+
+def test_a_failure_still_warns_when_warnings_are_not_errors(tmp_path):
+    doctor = LeakDoctor(verbose=False)
+    doctor.watch("bad", lambda: 1 / 0)
+    with pytest.warns(LeakDoctorWarning, match="gauge 'bad' failed"):
+        for _ in range(3):
+            doctor.step()
+    assert [e["part"] for e in doctor.finish().errors] == ["gauge 'bad'"]
