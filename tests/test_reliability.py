@@ -132,3 +132,68 @@ def test_a_failure_still_warns_when_warnings_are_not_errors(tmp_path):
         for _ in range(3):
             doctor.step()
     assert [e["part"] for e in doctor.finish().errors] == ["gauge 'bad'"]
+
+
+# --- 3. polling the summary ------------------------------------------------------------------------------
+
+def fastest_poll(doctor: LeakDoctor, polls: int = 20) -> tuple[float, int]:
+    """The fastest of `polls` snapshots of the summary, and the points of resident memory's history."""
+    import time
+
+    best = math.inf
+    for _ in range(polls):
+        start = time.perf_counter()
+        summary = doctor.summary
+        best = min(best, time.perf_counter() - start)
+    return best, len(summary.series["rss_bytes"].points)
+
+
+def summary_polls(polls: int, steps_between: int) -> dict:
+    """A long run (900k steps, its history full at up to 1024 points) whose summary is polled `polls`
+    times, each at a different history length; resident memory after each poll, and the fastest poll
+    with a short history (under 128 points) and with a long one (768 points or more)."""
+    import time
+
+    import psutil
+
+    process = psutil.Process()
+    doctor = LeakDoctor(overhead=1.0, verbose=False)
+    for _ in range(2000):
+        doctor.step()
+    short, points = fastest_poll(doctor)
+    assert points < 128, points
+    rss, long, lengths = [], math.inf, set()
+    for _ in range(polls):
+        for _ in range(steps_between):
+            doctor.step()
+        start = time.perf_counter()
+        summary = doctor.summary
+        elapsed = time.perf_counter() - start
+        points = len(summary.series["rss_bytes"].points)
+        lengths.add(points)
+        if points >= 768:
+            long = min(long, elapsed)
+        rss.append(process.memory_info().rss)
+        if rss[-1] - rss[0] > 256 * 2**20:  # the unbounded cache again: stop before it costs the machine
+            break
+    return {"rss": rss, "short": short, "long": long, "lengths": len(lengths)}
+
+
+def test_polling_the_summary_keeps_memory_flat_and_costs_little():
+    result = isolated(summary_polls, 300, 3000)
+    rss = result["rss"]
+    assert len(rss) == 300 and result["lengths"] > 100  # the history length changed between polls
+    per_poll = (rss[-1] - rss[50]) / 250
+    assert per_poll < 16 * 2**10, f"resident memory grew {per_poll / 2**10:.0f} KiB per poll"
+    # A snapshot of a 1024-point history costs a few times one of a short history, not the square
+    # of the points (before: 100x and more).
+    assert result["long"] < 12 * result["short"], result
+
+
+@pytest.mark.parametrize("n", [10, 64, 65, 500])
+def test_pair_caches_are_bounded(n):
+    detect.theil_sen(np.arange(n), np.arange(n) * 2.0)
+    detect.mann_kendall(np.arange(n) * 1.0)
+    info = detect._cached_pairs.cache_info()
+    assert info.maxsize == detect._CACHED_PAIRS and info.currsize <= info.maxsize
+    assert detect._inversion_cdf.cache_info().maxsize is not None
