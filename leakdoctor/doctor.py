@@ -165,6 +165,7 @@ class LeakDoctor:
         self._account_user_time(time.perf_counter())
         self._idle = False
         self._guard.call("finish", self._clinic.conclude_pending, self._step)
+        self._probes.close()
         summary = self._guard.call("summary", self._build_summary) or self._bare_summary()
         summary = self._guard.call("complete summary", self._complete, summary, exception) or summary
         self._result = summary

@@ -81,6 +81,13 @@ class Probes:
             self._add(readings, probe, getattr(probe, "read_now", probe.read))
         return readings
 
+    def close(self) -> None:
+        """Let go of what probes hold open (a file descriptor); a probe reopens it if read again."""
+        for scheduled in self._scheduled:
+            close = getattr(scheduled.probe, "close", None)
+            if close is not None:
+                self._guard.call(f"probe {scheduled.probe.name}", close)
+
     def _add(self, readings: dict[str, float], probe: Probe, read: Callable[[], Mapping[str, float]]) -> None:
         try:
             values = read()

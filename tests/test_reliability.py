@@ -197,3 +197,109 @@ def test_pair_caches_are_bounded(n):
     info = detect._cached_pairs.cache_info()
     assert info.maxsize == detect._CACHED_PAIRS and info.currsize <= info.maxsize
     assert detect._inversion_cdf.cache_info().maxsize is not None
+
+
+# --- 4. file descriptors -----------------------------------------------------------------------------------
+
+def run_briefly(doctor: LeakDoctor, steps: int = 3) -> LeakDoctor:
+    """A few steps (the first is sampled, so every probe has read), then finish."""
+    for _ in range(steps):
+        doctor.step()
+    doctor.finish()
+    return doctor
+
+
+def open_fds_after_doctors(count: int) -> tuple[int, int, int]:
+    """Open descriptors before `count` doctors, with one running, and after all of them finished."""
+    import psutil
+
+    process = psutil.Process()
+    before = process.num_fds()
+    running = LeakDoctor(verbose=False)
+    running.step()
+    during = process.num_fds()
+    for _ in range(count):
+        run_briefly(LeakDoctor(verbose=False))
+    running.finish()
+    return before, during, process.num_fds()
+
+
+def test_a_thousand_doctors_leave_no_open_descriptor():
+    before, during, after = isolated(open_fds_after_doctors, 1000)
+    assert during <= before + 1  # a running doctor holds at most /proc/self/statm
+    assert after == before
+
+
+def user_files_under_ulimit(limit: int, doctors: int, folder: str) -> dict:
+    """Under a real `ulimit -n <limit>`: `doctors` doctors run and finish, one more keeps running, then the
+    user's own code opens as many files as the limit leaves room for."""
+    import resource
+
+    import psutil
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+    used = psutil.Process().num_fds()
+    read = [("rss_bytes" in run_briefly(LeakDoctor(verbose=False)).summary.series) for _ in range(doctors)]
+    running = LeakDoctor(verbose=False)
+    running.step()
+    room = limit - used - 1  # all but the running doctor's descriptor
+    files = []
+    try:
+        for i in range(room):
+            files.append(open(Path(folder) / f"user-{i}.txt", "w"))
+    except OSError as err:
+        return {"opened": len(files), "room": room, "error": str(err)}
+    finally:
+        for fh in files:
+            fh.close()
+    return {"opened": len(files), "room": room, "read": all(read), "rss": running.readings.get("rss_bytes", 0.0)}
+
+
+def test_doctors_do_not_eat_the_users_descriptors_under_ulimit(tmp_path):
+    result = isolated(user_files_under_ulimit, 64, 200, str(tmp_path))
+    assert result["opened"] == result["room"] > 10, result
+    assert result["read"] and result["rss"] > 0, result
+
+
+def rss_after_fork(mib: int) -> dict:
+    """A doctor running before os.fork(); the child allocates `mib` MiB and steps on: its reading must be
+    its own resident memory, and the parent's must not grow with the child's."""
+    import os
+    import time
+
+    import psutil
+
+    def steps(doctor: LeakDoctor, n: int) -> float:
+        for _ in range(n):
+            time.sleep(0.002)  # a step long enough for every one to be sampled
+            doctor.step()
+        return doctor.readings["rss_bytes"]
+
+    doctor = LeakDoctor(verbose=False, overhead=1.0)
+    parent_before = steps(doctor, 30)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        try:
+            block = np.ones(mib * 2**20 // 8)  # written, so resident
+            reading = steps(doctor, 30)
+            os.write(write_end, json.dumps([reading, psutil.Process().memory_info().rss, block.size]).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as fh:
+        child_reading, child_rss, _ = json.loads(fh.read())
+    os.waitpid(pid, 0)
+    parent_after = steps(doctor, 30)
+    doctor.finish()
+    return {"parent_before": parent_before, "parent_after": parent_after, "child": child_reading,
+            "child_rss": child_rss}
+
+
+def test_after_a_fork_the_child_reads_its_own_memory():
+    mib = 256
+    r = isolated(rss_after_fork, mib)
+    assert r["child"] - r["parent_before"] > 0.8 * mib * 2**20, r  # the child's reading grew with its block
+    assert abs(r["child"] - r["child_rss"]) < 0.1 * r["child_rss"], r  # and is the child's own, per psutil
+    assert r["parent_after"] - r["parent_before"] < 0.2 * mib * 2**20, r  # the parent's did not

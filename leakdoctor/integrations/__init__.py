@@ -43,7 +43,8 @@ class Probe(Protocol):
     """A cheap reading taken on every sample (or every `every`-th sample): microseconds, no allocation
     spikes. The doctor samples every step unless that would cost more than 0.5% of step time. A probe
     whose read is expensive throttles itself (see process.WorkerProbe) and then also defines
-    `read_now()`, an unthrottled read, which the cleanup ladder of an investigation uses."""
+    `read_now()`, an unthrottled read, which the cleanup ladder of an investigation uses. A probe that
+    holds something open (a file descriptor) defines `close()`, which the doctor calls at finish."""
 
     name: str
     every: int
