@@ -104,8 +104,11 @@ class LeakDoctor:
 
     def watch(self, name: str, gauge: Callable[[], float], unit: str = "count") -> None:
         """Track a user gauge every step, e.g. `doctor.watch("nodes", lambda: len(graph.nodes))`."""
-        if not isinstance(name, str) or not name or name in (STEP_TIME, STEP_CPU) or self._watchlist.has(name):
-            raise ValueError(f"watch: name {name!r} must be a new, non-empty string")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"watch: name {name!r} must be a non-empty string")
+        if self._probes.known(name) or self._watchlist.has(name):
+            raise ValueError(f"watch: name {name!r} must be a new name, not one of a series the doctor records "
+                             f"already (taken: {sorted(self._probes.names() | self._watchlist.names())})")
         if not callable(gauge):
             raise ValueError(f"watch({name!r}): gauge must be a callable returning a number, got {gauge!r}")
         if unit not in UNITS:

@@ -303,3 +303,35 @@ def test_after_a_fork_the_child_reads_its_own_memory():
     assert r["child"] - r["parent_before"] > 0.8 * mib * 2**20, r  # the child's reading grew with its block
     assert abs(r["child"] - r["child_rss"]) < 0.1 * r["child_rss"], r  # and is the child's own, per psutil
     assert r["parent_after"] - r["parent_before"] < 0.2 * mib * 2**20, r  # the parent's did not
+
+
+# --- 6. inputs that switched detection off ---------------------------------------------------------------
+
+@pytest.mark.parametrize("limit", [math.inf, -math.inf, math.nan, np.float64("inf")])
+def test_a_non_finite_memory_limit_is_refused(limit):
+    with pytest.raises(ValueError, match=r"memory_limit=.*(inf|nan).*finite"):
+        LeakDoctor(memory_limit=limit)
+
+
+def test_a_gauge_cannot_take_a_built_in_series_name():
+    doctor = LeakDoctor(verbose=False, integrations=[broken_probe()])
+    for name in ("rss_bytes", "step_seconds", "step_cpu_seconds", "workers_uss_bytes", "workers_pss_bytes",
+                 "broken"):
+        with pytest.raises(ValueError, match=rf"watch: name '{name}' must be a new name.*'rss_bytes'"):
+            doctor.watch(name, lambda: 1.0)
+    doctor.watch("nodes", lambda: 1.0)
+    with pytest.raises(ValueError, match="must be a new name"):
+        doctor.watch("nodes", lambda: 2.0)
+    doctor.finish()
+
+
+def test_a_gauge_cannot_take_a_framework_series_name():
+    pytest.importorskip("torch")
+    from torch import nn
+
+    from leakdoctor.callbacks.torch import LeakDoctor as TorchDoctor
+
+    doctor = TorchDoctor(model=nn.Linear(2, 2), verbose=False)
+    with pytest.raises(ValueError, match="'torch_hooks' must be a new name"):
+        doctor.watch("torch_hooks", lambda: 1.0)
+    doctor.finish()

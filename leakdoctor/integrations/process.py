@@ -85,6 +85,7 @@ class RssProbe:
 
     name = "rss"
     every = 1
+    metrics = ("rss_bytes",)
 
     def __init__(self, limit: float | None) -> None:
         self._read = RssReader()
@@ -117,6 +118,7 @@ class WorkerProbe:
         "workers_uss_bytes": MetricSpec("workers_uss_bytes", "bytes", source="process"),
         "workers_pss_bytes": MetricSpec("workers_pss_bytes", "bytes", role="supporting", source="process"),
     }
+    metrics = tuple(_specs)
 
     def __init__(self, budget: float = 0.005) -> None:
         self.budget = budget
