@@ -83,7 +83,7 @@ class Finding:
         fields_ = {k: v for k, v in data.items() if k in known}
         if fields_.get("rate_interval") is not None:
             fields_["rate_interval"] = tuple(fields_["rate_interval"])
-        return cls(**fields_, remedy=RemedyOutcome(**remedy) if remedy else None)
+        return cls(**fields_, remedy=RemedyOutcome(**_known(RemedyOutcome, remedy)) if remedy else None)
 
 
 @dataclass
@@ -159,7 +159,7 @@ class Summary:
         if data.get("schema") != SCHEMA:
             raise ValueError(f"not a leakdoctor summary: schema {data.get('schema')!r}, expected {SCHEMA!r}")
         series = {
-            name: SeriesSummary(**{**s, "points": [tuple(p) for p in s.get("points", [])]})
+            name: SeriesSummary(**{**_known(SeriesSummary, s), "points": [tuple(p) for p in s.get("points", [])]})
             for name, s in data["series"].items()
         }
         return cls(
@@ -179,8 +179,11 @@ class Summary:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "Summary":
-        with open(path, encoding="utf-8") as fh:
-            return cls.from_dict(json.load(fh))
+        """Read a summary file, checked and with strings safe to print (leakdoctor.loading); a ValueError
+        (SummaryFileError) with a one-line message if it is not one."""
+        from leakdoctor.loading import load
+
+        return load(path)
 
     def write(self, path: str | os.PathLike[str]) -> None:
         """Write the JSON atomically: a reader never sees half a file."""
@@ -193,6 +196,12 @@ class Summary:
         from leakdoctor.plot import plot_summary
 
         plot_summary(self, path)
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """The entries of `data` that are fields of the dataclass `cls` (a newer file may have more)."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
 
 
 def _strict(value: Any) -> Any:
@@ -261,7 +270,8 @@ def render_text(summary: Summary) -> str:
             lines.append(f"  remedy: {_remedy_line(f.remedy, f.unit)}")
     for name, label in (("step_seconds", "step time"), ("step_cpu_seconds", "CPU time per step")):
         step_time = summary.series.get(name)
-        if step_time is not None and step_time.trend == "growing" and step_time.start > 0:
+        if step_time is not None and step_time.trend == "growing" and step_time.start \
+                and step_time.end is not None:
             lines.append(f"{label} rose from {format_value(step_time.start, 'seconds')} to "
                          f"{format_value(step_time.end, 'seconds')} ({step_time.end / step_time.start - 1:+.0%})")
     for r in summary.ranks:

@@ -335,3 +335,114 @@ def test_a_gauge_cannot_take_a_framework_series_name():
     with pytest.raises(ValueError, match="'torch_hooks' must be a new name"):
         doctor.watch("torch_hooks", lambda: 1.0)
     doctor.finish()
+
+
+# --- 7. leakdoctor report on a malformed file ------------------------------------------------------------
+
+def a_summary(tmp_path: Path, leak: bool = True) -> dict:
+    """A real summary (a real leaking, or clean, loop), as the JSON the doctor wrote."""
+    path = tmp_path / "real.json"
+    doctor = LeakDoctor(overhead=1.0, memory_limit=LIMIT, summary_path=path, verbose=False)
+    leaking_loop(doctor, 300, per_step=25_000 if leak else 1)
+    doctor.finish()
+    return json.loads(path.read_text())
+
+
+def report(path: Path, capsys) -> tuple[int, str, str]:
+    from leakdoctor.cli import main
+
+    code = main(["report", str(path)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def broken(data: dict, change: str) -> str:
+    """`data` damaged one way, as JSON text."""
+    data = json.loads(json.dumps(data))
+    if change == "series as a list":
+        data["series"] = list(data["series"].values())
+    elif change == "string steps":
+        data["steps"] = "300"
+    elif change == "finding without fields":
+        data["findings"][0] = {"cause": data["findings"][0]["cause"], "metric": "rss_bytes"}
+    elif change == "unknown cause":
+        data["findings"][0]["cause"] = "gremlins"
+    elif change == "remedy not an object":
+        data["findings"][0]["remedy"] = [1, 2]
+    elif change == "points not pairs":
+        data["series"]["rss_bytes"]["points"] = [[1, 2, 3]]
+    elif change == "notes not strings":
+        data["notes"] = [{"a": 1}]
+    elif change == "deep nesting":
+        return "[" * 5000 + json.dumps(data) + "]" * 5000
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("[1, 2, 3]", "expected a JSON object"),
+    ('"a summary"', "expected a JSON object"),
+    ('{"schema": "something/1"}', "not a leakdoctor summary"),
+    ("{\"schema\": ", "not JSON"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    (b"\xff\xfe{}", "not UTF-8"),
+])
+def test_report_on_a_file_that_is_no_summary_exits_2_with_one_line(tmp_path, capsys, content, message):
+    path = tmp_path / "leaks.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    code, out, err = report(path, capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.parametrize("change, message", [
+    ("series as a list", "summary.series: expected an object of series, got a list"),
+    ("string steps", "summary.steps: expected a whole number of steps, got a string"),
+    ("finding without fields", "findings[0]: missing 'unit'"),
+    ("unknown cause", "findings[0].cause: expected a cause"),
+    ("remedy not an object", "findings[0].remedy: expected an object or null, got a list"),
+    ("points not pairs", "series['rss_bytes'].points: expected a list of [step, value] pairs"),
+    ("notes not strings", "summary.notes: expected a list of strings"),
+    ("deep nesting", "nested too deeply"),
+])
+def test_report_on_a_damaged_summary_exits_2_with_one_line(tmp_path, capsys, change, message):
+    path = tmp_path / "leaks.json"
+    path.write_text(broken(a_summary(tmp_path), change))
+    code, out, err = report(path, capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+
+
+def test_report_strips_terminal_escape_sequences(tmp_path, capsys):
+    data = a_summary(tmp_path)
+    evil = "\x1b[2J\x1b]0;owned\x07\x1b[31mred\x1b[0m\rverdict CLEAN\x9b1m\u202e"
+    data["notes"].append(evil)
+    data["findings"][0]["evidence"] += evil
+    data["series"][evil] = data["series"]["rss_bytes"]
+    path = tmp_path / "leaks.json"
+    path.write_text(json.dumps(data))
+    code, out, err = report(path, capsys)
+    assert code == 1 and err == ""
+    assert not any(c in out for c in "\x1b\x07\r\x9b\u202e"), repr(out)
+    assert "note: red verdict CLEAN" in out  # the text stays, the control is gone
+
+
+def test_report_refuses_a_huge_file_without_reading_it(tmp_path, capsys):
+    path = tmp_path / "leaks.json"
+    with open(path, "wb") as fh:
+        fh.truncate(300 * 2**20)  # a 300 MB file (sparse: it costs no disk)
+    code, out, err = report(path, capsys)
+    assert code == 2 and "larger than 64 MiB" in err and err.count("\n") == 1
+
+
+def test_report_exit_codes_from_the_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    leaky, clean = tmp_path / "leak", tmp_path / "clean"
+    leaky.mkdir()
+    clean.mkdir()
+    (tmp_path / "leak.json").write_text(json.dumps(a_summary(leaky)))
+    (tmp_path / "clean.json").write_text(json.dumps(a_summary(clean, leak=False)))
+    (tmp_path / "bad.json").write_text("[]")
+    codes = {name: subprocess.run([sys.executable, "-m", "leakdoctor.cli", "report", str(tmp_path / f"{name}.json")],
+                                  capture_output=True, text=True).returncode
+             for name in ("leak", "clean", "bad", "missing")}
+    assert codes == {"leak": 1, "clean": 0, "bad": 2, "missing": 2}
