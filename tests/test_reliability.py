@@ -19,6 +19,8 @@ from helpers import isolated
 from leakdoctor import LeakDoctor, LeakDoctorWarning, detect
 from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec
 
+pytest_plugins = ["pytester"]
+
 #: Fixed so that materiality does not depend on the RAM of the machine running the tests.
 LIMIT = "2GiB"
 
@@ -446,3 +448,52 @@ def test_report_exit_codes_from_the_command_line(tmp_path):
                                   capture_output=True, text=True).returncode
              for name in ("leak", "clean", "bad", "missing")}
     assert codes == {"leak": 1, "clean": 0, "bad": 2, "missing": 2}
+
+
+# --- 8. the pytest plugin's verdict does not depend on the runner's memory ---------------------------------
+
+PLUGIN_TESTS = '''
+import numpy as np
+import pytest
+
+KEPT = []
+
+def leak_20kb():
+    KEPT.append(np.ones(2_500))      # 20 kB a step, kept
+
+@pytest.mark.parametrize("limit", ["2GiB", None])
+def test_fixture_leak(leak_check, limit):
+    leak_check(leak_20kb, steps=300, memory_limit=limit)
+
+@pytest.mark.parametrize("limit", ["2GiB", None])
+def test_fixture_clean(leak_check, limit):
+    summary = leak_check(lambda: np.ones(2_500).sum(), steps=300, memory_limit=limit)
+    assert summary.steps == 300
+
+def test_fixture_leak_under_a_higher_threshold(leak_check):
+    leak_check(leak_20kb, steps=300, max_bytes_per_step=1_000_000)
+
+@pytest.mark.leakcheck(steps=300, memory_limit="2GiB")
+def test_marked_leak_2gib():
+    leak_20kb()
+
+@pytest.mark.leakcheck(steps=300)
+def test_marked_leak_ram():
+    leak_20kb()
+
+def test_bad_threshold(leak_check):
+    with pytest.raises(ValueError, match="max_bytes_per_step=-1"):
+        leak_check(leak_20kb, steps=3, max_bytes_per_step=-1)
+'''
+
+
+def test_leak_check_verdict_is_the_same_whatever_the_memory_limit(pytester):
+    """The same 20 kB/step leak fails with memory_limit="2GiB" and with the machine's memory (before: it
+    passed where the machine had more than ~20 GiB); a clean step passes with both."""
+    pytester.makepyfile(PLUGIN_TESTS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-p", "no:randomly")
+    result.assert_outcomes(passed=4, failed=4)
+    result.stdout.fnmatch_lines_random([
+        "*FAILED*test_fixture_leak?2GiB?*", "*FAILED*test_fixture_leak?None?*",
+        "*FAILED*test_marked_leak_2gib*", "*FAILED*test_marked_leak_ram*",
+        "*the step leaks memory: python_objects on rss_bytes (*KiB/step); max_bytes_per_step=4096*"])
