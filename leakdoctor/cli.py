@@ -1,6 +1,7 @@
 """Command line: `leakdoctor demo [--case NAME]`, `leakdoctor report leaks.json [--plot out.png]` and
 `leakdoctor run [options] script.py [args...]` (also `python -m leakdoctor ...`).
-`report` exits 1 when the summary's verdict is "leak", so a CI job can gate on it; `run` exits with
+`report` exits 1 when the summary's verdict is "leak", so a CI job can gate on it, and 2 when the file is
+not a readable summary (a one-line error), so a corrupt file is not taken for a leak; `run` exits with
 the script's status (or 1 for a leak with --fail-on-leak)."""
 
 from __future__ import annotations
@@ -51,16 +52,21 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from leakdoctor.summary import Summary
+    from leakdoctor.loading import clean, load
 
     try:
-        summary = Summary.load(args.summary)
-    except (OSError, ValueError, KeyError) as err:
-        print(f"leakdoctor report: cannot read {args.summary}: {err}", file=sys.stderr)
+        summary = load(args.summary)
+        text = summary.text()
+    except Exception as err:  # noqa: BLE001 - whatever the file holds, the answer is one line and exit 2
+        print(clean(f"leakdoctor report: cannot read {args.summary}: {err}"), file=sys.stderr)
         return 2
-    print(summary.text())
+    print(text)
     if args.plot:
-        summary.plot(args.plot)
+        try:
+            summary.plot(args.plot)
+        except (ImportError, OSError, ValueError, TypeError) as err:
+            print(clean(f"leakdoctor report: cannot plot to {args.plot}: {err}"), file=sys.stderr)
+            return 2
         print(f"plot written to {args.plot}")
     return 1 if summary.verdict == "leak" else 0
 

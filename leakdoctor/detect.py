@@ -61,9 +61,18 @@ def window_minima(steps: Sequence[int], values: Sequence[float], size: int) -> t
 # The detector runs on short arrays (at most 48 minima) inside the sampled steps, where numpy's
 # per-call overhead, not arithmetic, is the cost: index pairs are cached and medians taken by sorting.
 
-@lru_cache(maxsize=None)
+#: Index pairs are cached up to this many items (the detector's minima); longer stretches (the summary's)
+#: compute theirs, since a cache of every length would keep megabytes per length for good.
+_CACHED_PAIRS = 64
+
+
 def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
     """Indices (i, j) of every pair i < j of n items."""
+    return _cached_pairs(n) if n <= _CACHED_PAIRS else np.triu_indices(n, 1)
+
+
+@lru_cache(maxsize=_CACHED_PAIRS)
+def _cached_pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.triu_indices(n, 1)
 
 
@@ -82,7 +91,7 @@ def _tie_sizes(y: np.ndarray) -> np.ndarray:
     return edges[1::2] - edges[::2] + 1
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=_EXACT_MAX_N + 1)  # called for n <= _EXACT_MAX_N only
 def _inversion_cdf(n: int) -> tuple[float, ...]:
     """P(inversions <= k) for a random permutation of n items (Mahonian numbers)."""
     counts = [1]

@@ -124,8 +124,11 @@ class LeakDoctor:
 
     def watch(self, name: str, gauge: Callable[[], float], unit: str = "count") -> None:
         """Track a user gauge every step, e.g. `doctor.watch("nodes", lambda: len(graph.nodes))`."""
-        if not isinstance(name, str) or not name or name in (STEP_TIME, STEP_CPU) or self._watchlist.has(name):
-            raise ValueError(f"watch: name {name!r} must be a new, non-empty string")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"watch: name {name!r} must be a non-empty string")
+        if self._probes.known(name) or self._watchlist.has(name):
+            raise ValueError(f"watch: name {name!r} must be a new name, not one of a series the doctor records "
+                             f"already (taken: {sorted(self._probes.names() | self._watchlist.names())})")
         if not callable(gauge):
             raise ValueError(f"watch({name!r}): gauge must be a callable returning a number, got {gauge!r}")
         if unit not in UNITS:
@@ -189,6 +192,7 @@ class LeakDoctor:
         self._account_user_time(time.perf_counter())
         self._idle = False
         self._guard.call("finish", self._clinic.conclude_pending, self._step)
+        self._probes.close()
         summary = self._guard.call("summary", self._build_summary) or self._bare_summary()
         summary = self._guard.call("post-mortem", oom.post_mortem, summary, exception, self._step, self._clinic.sites,
                                    self._monitor, self._snapshot) or summary
@@ -317,7 +321,7 @@ class LeakDoctor:
             findings=findings,
             projected_limit_step=first.step if first else None,
             overhead=self._overhead(),
-            notes=list(dict.fromkeys(self._clinic.notes + notes)),
+            notes=list(dict.fromkeys(self._clinic.notes + notes + report.skipped_notes(self._monitor))),
             errors=list(self._guard.errors),
             rank=self.settings.rank,
             version=__version__,

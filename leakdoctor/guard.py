@@ -4,6 +4,7 @@ raised is switched off for the rest of the run."""
 
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any, Callable, TypeVar
 
@@ -36,5 +37,14 @@ class Guard:
             return
         self.off.add(part)
         self.errors.append({"part": part, "error": reason})
-        warnings.warn(f"leakdoctor: {part} failed ({reason}); switched off for the rest of the run",
-                      LeakDoctorWarning, stacklevel=4)
+        warn(f"leakdoctor: {part} failed ({reason}); switched off for the rest of the run", stacklevel=5)
+
+
+def warn(message: str, stacklevel: int = 2) -> None:
+    """Issue a LeakDoctorWarning. A warning filter that turns it into an exception (`-W error`, pytest's
+    `filterwarnings = error`) must not carry it into the user's loop: the message goes to stderr instead,
+    and what failed is already recorded (the summary's errors)."""
+    try:
+        warnings.warn(message, LeakDoctorWarning, stacklevel=stacklevel)
+    except Exception:  # noqa: BLE001 - the filter raised the warning; the run goes on
+        print(message, file=sys.stderr)

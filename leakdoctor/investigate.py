@@ -8,6 +8,7 @@ rung took back names the remedy that repeats that rung.
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Mapping, Sequence
 
 from leakdoctor.detect import Trend
@@ -21,12 +22,18 @@ def run_ladder(cleanups: Sequence[Cleanup], read: Callable[[], Mapping[str, floa
     """Read every metric; then again after each settle cleanup, and after each other cleanup followed
     by the settle cleanups (so freed memory has left the process before it is measured)."""
     settle = [c for c in cleanups if c.settle]
-    rungs = [("before", dict(read()))]
+    rungs = [("before", _finite(read()))]
     for cleanup in settle + [c for c in cleanups if not c.settle]:
         for action in [cleanup] + ([] if cleanup.settle else settle):
             guard.call(f"cleanup {action.name}", action.run)
-        rungs.append((cleanup.name, dict(read())))
+        rungs.append((cleanup.name, _finite(read())))
     return Ladder(rungs, frozenset(c.name for c in settle), step)
+
+
+def _finite(readings: Mapping[str, float]) -> dict[str, float]:
+    """The readings less NaN and inf (a gauge that failed to measure), which the ladder leaves out as the
+    series do."""
+    return {metric: value for metric, value in readings.items() if math.isfinite(value)}
 
 
 class Investigation:

@@ -10,6 +10,7 @@ time for twice as long, so growth that is not a leak cannot trigger investigatio
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable, Iterable, Mapping, Sequence
 
 from leakdoctor.detect import SCALES, Trend, assess, is_material, onset, theil_sen
@@ -27,12 +28,16 @@ class Monitor:
         self._quiet: set[str] = set()
         self._cool_until: dict[str, int] = {}
         self._cool_gap: dict[str, int] = {}
+        self.skipped: dict[str, list[int]] = {}  # metric: [first step, count] of NaN/inf readings left out
         assess(range(SCALES[0]), range(SCALES[0]), settings.alpha)  # numpy's first median costs ~10 ms
 
     def record(self, step: int, readings: Mapping[str, float], spec_of: Callable[[str], MetricSpec]) -> dict[str, list[int]]:
         """Add one step's readings; return {metric: pyramid levels that completed a window}."""
         completed = {}
         for metric, value in readings.items():
+            if not math.isfinite(value):  # a NaN or inf reading would poison the statistics: left out
+                self.skipped.setdefault(metric, [step, 0])[1] += 1
+                continue
             series = self.series.get(metric)
             if series is None:
                 series = self.series[metric] = Series(spec_of(metric), self.settings.window, self.settings.warmup)

@@ -49,6 +49,14 @@ class Probes:
     def spec(self, metric: str) -> MetricSpec:
         return self._specs[metric]
 
+    def known(self, metric: str) -> bool:
+        """Is `metric` a series of these probes (read already, or declared in a probe's `metrics`)?"""
+        return metric in self._specs or metric in self.names()
+
+    def names(self) -> set[str]:
+        """The metrics read so far and those the probes declare."""
+        return set(self._specs).union(*(getattr(s.probe, "metrics", ()) for s in self._scheduled))
+
     def read_due(self) -> dict[str, float]:
         """Readings of the probes due on this sample."""
         readings: dict[str, float] = {}
@@ -80,6 +88,13 @@ class Probes:
             probe = scheduled.probe
             self._add(readings, probe, getattr(probe, "read_now", probe.read))
         return readings
+
+    def close(self) -> None:
+        """Let go of what probes hold open (a file descriptor); a probe reopens it if read again."""
+        for scheduled in self._scheduled:
+            close = getattr(scheduled.probe, "close", None)
+            if close is not None:
+                self._guard.call(f"probe {scheduled.probe.name}", close)
 
     def _add(self, readings: dict[str, float], probe: Probe, read: Callable[[], Mapping[str, float]]) -> None:
         try:

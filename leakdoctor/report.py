@@ -4,6 +4,7 @@ the run's state and return new objects, so a snapshot in the middle of a run cha
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -12,6 +13,17 @@ from leakdoctor.detect import SCALES, classify, is_material, steps_to_limit, the
 from leakdoctor.monitor import Monitor
 from leakdoctor.settings import Settings
 from leakdoctor.summary import Finding, SeriesSummary, format_value
+
+
+#: The summary's whole-run fits use at most this many points of a history (up to 1024): Theil–Sen and
+#: Mann–Kendall cost the square of the points, and a snapshot of the summary must cost milliseconds.
+FIT_POINTS = 128
+
+
+def thinned(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every k-th point, evenly, so that at most FIT_POINTS remain."""
+    stride = math.ceil(len(values) / FIT_POINTS)
+    return (steps[::stride], values[::stride]) if stride > 1 else (steps, values)
 
 
 def final_findings(findings: list[Finding], monitor: Monitor, settings: Settings) -> tuple[list[Finding], list[str]]:
@@ -27,7 +39,7 @@ def final_findings(findings: list[Finding], monitor: Monitor, settings: Settings
             steps, values = series.history(since=finding.first_step - 1, until=until)
             refit = len(values) >= 2 * settings.window
             if refit:
-                rate, low, high = theil_sen(steps, values)
+                rate, low, high = theil_sen(*thinned(steps, values))
                 copy.rate_per_step, copy.rate_interval = rate, (low, high)
             if copy.remedy is None and stopped(finding, monitor, settings):
                 notes.append(stopped_note(finding, findings))
@@ -51,6 +63,12 @@ def _material(finding: Finding, series: Any, settings: Settings) -> bool:
     high = finding.rate_interval[1] if finding.rate_interval else finding.rate_per_step
     return is_material(finding.unit, max(high, finding.rate_per_step), series.end or 0.0, settings.horizon,
                        series.spec.limit)
+
+
+def skipped_notes(monitor: Monitor) -> list[str]:
+    """One note per metric that read NaN or inf: those readings were left out of its series."""
+    return [f"{metric} read NaN or inf {count} time(s), first at step {first}: those readings were left out"
+            for metric, (first, count) in monitor.skipped.items()]
 
 
 def stopped(finding: Finding, monitor: Monitor, settings: Settings) -> bool:
@@ -84,9 +102,10 @@ def series_summary(monitor: Monitor, name: str, settings: Settings) -> SeriesSum
     series = monitor.series[name]
     steps, values = series.history(since=settings.warmup)
     gap = float(np.median(np.diff(steps))) if len(steps) > 1 else 1.0
-    points_per_window = max(1, round(settings.window / gap))  # windows are spans of steps
+    # windows are spans of steps, and at most FIT_POINTS of them are tested
+    points_per_window = max(1, round(settings.window / gap), math.ceil(len(values) / FIT_POINTS))
     trend = classify(steps, values, points_per_window, settings.alpha)
-    slope = theil_sen(steps, values)[0] if len(values) >= 2 else 0.0
+    slope = theil_sen(*thinned(steps, values))[0] if len(values) >= 2 else 0.0
     end = series.end or 0.0
     kind = trend.kind
     if trend.growing and not is_material(series.spec.unit, trend.slope, end, settings.horizon, series.spec.limit):

@@ -3,6 +3,7 @@ the value and what would have been valid; nothing is validated later inside the 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tempfile
@@ -161,8 +162,9 @@ def parse_bytes(value: int | float | str) -> float:
     if isinstance(value, bool):
         raise ValueError(f"memory_limit={value!r}: expected bytes (int) or a size such as '8GiB'")
     if isinstance(value, (int, float)):
-        if value <= 0:
-            raise ValueError(f"memory_limit={value!r}: expected a positive size in bytes")
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"memory_limit={value!r}: expected a positive, finite size in bytes or a size "
+                             f"such as '8GiB'")
         return float(value)
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
     unit = match.group(2).lower() if match else None

@@ -4,6 +4,7 @@ as a text table, and (with the [plot] extra) as a PNG via `leakdoctor.plot`."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
@@ -82,7 +83,7 @@ class Finding:
         fields_ = {k: v for k, v in data.items() if k in known}
         if fields_.get("rate_interval") is not None:
             fields_["rate_interval"] = tuple(fields_["rate_interval"])
-        return cls(**fields_, remedy=RemedyOutcome(**remedy) if remedy else None)
+        return cls(**fields_, remedy=RemedyOutcome(**_known(RemedyOutcome, remedy)) if remedy else None)
 
 
 @dataclass
@@ -156,14 +157,15 @@ class Summary:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, default=_jsonable)
+        """Strict JSON: a NaN or infinite number is written as null (JSON has no NaN or Infinity)."""
+        return json.dumps(_strict(self.to_dict()), indent=2, allow_nan=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Summary":
         if data.get("schema") != SCHEMA:
             raise ValueError(f"not a leakdoctor summary: schema {data.get('schema')!r}, expected {SCHEMA!r}")
         series = {
-            name: SeriesSummary(**{**s, "points": [tuple(p) for p in s.get("points", [])]})
+            name: SeriesSummary(**{**_known(SeriesSummary, s), "points": [tuple(p) for p in s.get("points", [])]})
             for name, s in data["series"].items()
         }
         return cls(
@@ -186,8 +188,11 @@ class Summary:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "Summary":
-        with open(path, encoding="utf-8") as fh:
-            return cls.from_dict(json.load(fh))
+        """Read a summary file, checked and with strings safe to print (leakdoctor.loading); a ValueError
+        (SummaryFileError) with a one-line message if it is not one."""
+        from leakdoctor.loading import load
+
+        return load(path)
 
     def write(self, path: str | os.PathLike[str]) -> None:
         """Write the JSON atomically: a reader never sees half a file."""
@@ -202,10 +207,23 @@ class Summary:
         plot_summary(self, path)
 
 
-def _jsonable(value: Any) -> Any:
-    if hasattr(value, "item"):
-        return value.item()
-    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """The entries of `data` that are fields of the dataclass `cls` (a newer file may have more)."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def _strict(value: Any) -> Any:
+    """`value` with numpy scalars made Python numbers and non-finite floats made None, all the way down."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _strict(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(item) for item in value]
+    if hasattr(value, "item") and not isinstance(value, (str, int)):
+        return _strict(value.item())
+    return value
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -262,7 +280,8 @@ def render_text(summary: Summary) -> str:
             lines.append(f"  remedy: {_remedy_line(f.remedy, f.unit)}")
     for name, label in (("step_seconds", "step time"), ("step_cpu_seconds", "CPU time per step")):
         step_time = summary.series.get(name)
-        if step_time is not None and step_time.trend == "growing" and step_time.start > 0:
+        if step_time is not None and step_time.trend == "growing" and step_time.start \
+                and step_time.end is not None:
             lines.append(f"{label} rose from {format_value(step_time.start, 'seconds')} to "
                          f"{format_value(step_time.end, 'seconds')} ({step_time.end / step_time.start - 1:+.0%})")
     for r in summary.ranks:

@@ -43,7 +43,10 @@ class Probe(Protocol):
     """A cheap reading taken on every sample (or every `every`-th sample): microseconds, no allocation
     spikes. The doctor samples every step unless that would cost more than 0.5% of step time. A probe
     whose read is expensive throttles itself (see process.WorkerProbe) and then also defines
-    `read_now()`, an unthrottled read, which the cleanup ladder of an investigation uses."""
+    `read_now()`, an unthrottled read, which the cleanup ladder of an investigation uses. A probe that
+    holds something open (a file descriptor) defines `close()`, which the doctor calls at finish. A probe
+    whose metric names are known before it reads lists them in `metrics`, so that a user gauge cannot take
+    one of those names."""
 
     name: str
     every: int
@@ -61,6 +64,10 @@ class FunctionProbe:
     fn: Callable[[], Mapping[str, float]]
     specs: Mapping[str, MetricSpec]
     every: int = 1
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return tuple(self.specs)
 
     def read(self) -> Mapping[str, float]:
         return self.fn()

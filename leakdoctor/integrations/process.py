@@ -21,17 +21,64 @@ from leakdoctor.integrations import Cleanup, Integration, MetricSpec, Rule
 from leakdoctor.summary import Finding, format_value
 
 
-def rss_reader() -> Callable[[], float]:
-    """A function returning this process's resident set size in bytes."""
-    if sys.platform.startswith("linux"):
+#: Forked children so far in this process's line (bumped in each child): a reader opened before a fork
+#: holds the parent's /proc/<pid>/statm and must reopen. Cheaper to compare than os.getpid() per read.
+_forks = 0
+
+
+def _forked() -> None:
+    global _forks
+    _forks += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+class RssReader:
+    """This process's resident set size in bytes, as a callable. On Linux, one pread of /proc/self/statm
+    through a descriptor opened on first use, reopened after a fork (the inherited one reads the parent)
+    and after `close()`, which the doctor calls at finish so that no descriptor outlives it; psutil
+    elsewhere, or when the descriptor cannot be opened (no fds left under `ulimit -n`)."""
+
+    def __init__(self) -> None:
+        self._fd = -1
+        self._forks = -1
+        self._page = 0
+        self._process: psutil.Process | None = None
+
+    def __call__(self) -> float:
+        if self._forks == _forks:
+            try:
+                return float(int(os.pread(self._fd, 128, 0).split()[1]) * self._page)
+            except OSError:  # the descriptor was closed behind our back (os.closerange): reopen
+                pass
+        return self._open()
+
+    def _open(self) -> float:
+        self.close()  # in a forked child, the inherited copy of the parent's descriptor
+        if sys.platform.startswith("linux"):
+            try:
+                self._fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+                self._page, self._forks = os.sysconf("SC_PAGE_SIZE"), _forks
+                return self()
+            except OSError:
+                self.close()
+        if self._process is None or self._process.pid != os.getpid():
+            self._process = psutil.Process()
+        return float(self._process.memory_info().rss)
+
+    def close(self) -> None:
+        """Close the descriptor; the next read opens a new one."""
+        fd, self._fd, self._forks = self._fd, -1, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
         try:
-            fd = os.open("/proc/self/statm", os.O_RDONLY)
-            page = os.sysconf("SC_PAGE_SIZE")
-            return lambda: float(int(os.pread(fd, 128, 0).split()[1]) * page)
-        except OSError:
+            self.close()
+        except Exception:  # noqa: BLE001 - at interpreter exit os may be gone already
             pass
-    process = psutil.Process()
-    return lambda: float(process.memory_info().rss)
 
 
 class RssProbe:
@@ -39,9 +86,10 @@ class RssProbe:
 
     name = "rss"
     every = 1
+    metrics = ("rss_bytes",)
 
     def __init__(self, limit: float | None) -> None:
-        self._read = rss_reader()
+        self._read = RssReader()
         self._spec = MetricSpec("rss_bytes", "bytes", limit=limit, source="process")
 
     def read(self) -> Mapping[str, float]:
@@ -49,6 +97,9 @@ class RssProbe:
         if tracemalloc.is_tracing():
             value -= tracemalloc.get_tracemalloc_memory()
         return {"rss_bytes": value}
+
+    def close(self) -> None:
+        self._read.close()
 
     def spec(self, metric: str) -> MetricSpec:
         return self._spec
@@ -68,6 +119,7 @@ class WorkerProbe:
         "workers_uss_bytes": MetricSpec("workers_uss_bytes", "bytes", source="process"),
         "workers_pss_bytes": MetricSpec("workers_pss_bytes", "bytes", role="supporting", source="process"),
     }
+    metrics = tuple(_specs)
 
     def __init__(self, budget: float = 0.005) -> None:
         self.budget = budget

@@ -98,6 +98,9 @@ class Watchlist:
     def has(self, metric: str) -> bool:
         return metric in self._specs
 
+    def names(self) -> set[str]:
+        return set(self._specs)
+
     def container(self, metric: str) -> Any:
         """The live container behind a `len(...)` metric, or None."""
         getter = self._containers.get(metric)

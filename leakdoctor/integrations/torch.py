@@ -87,6 +87,7 @@ class CudaProbe:
 
     name = "cuda"
     every = 1
+    metrics = ("cuda_allocated_bytes", "cuda_reserved_bytes", "cuda_alloc_retries")
 
     def __init__(self, cuda: Any) -> None:
         self._cuda = cuda
@@ -113,6 +114,7 @@ class MpsProbe:
 
     name = "mps"
     every = 1
+    metrics = ("mps_allocated_bytes", "mps_reserved_bytes")
 
     def __init__(self, mps: Any) -> None:
         self._mps = mps
@@ -195,6 +197,7 @@ class HookCount:
 
     name = "hooks"
     every = 1
+    metrics = (HOOKS,)
     refresh = 64
 
     def __init__(self, model: Any) -> None:

@@ -24,10 +24,9 @@ optimizer's re-traced cond; the Flax loop doctor hands back the state with the r
 from __future__ import annotations
 
 import functools
-import warnings
 from typing import Any, Callable, Sequence
 
-from leakdoctor.guard import LeakDoctorWarning
+from leakdoctor.guard import warn
 from leakdoctor.remedies.base import Remedy, RemedyContext
 
 
@@ -201,9 +200,8 @@ def _with_fallback(original: Any, rewritten: Any) -> Any:
                 return update(*args, **kwargs)
             except Exception as err:  # noqa: BLE001 - keep training with the original update
                 failed.append(err)
-                warnings.warn(f"leakdoctor: cond_to_where could not trace the optimizer update "
-                              f"({type(err).__name__}: {err}); the original update goes on", LeakDoctorWarning,
-                              stacklevel=2)
+                warn(f"leakdoctor: cond_to_where could not trace the optimizer update "
+                     f"({type(err).__name__}: {err}); the original update goes on", stacklevel=3)
         return fallback(*args, **kwargs)
 
     return rewritten._replace(update=safe_update)

@@ -1,0 +1,499 @@
+"""Never the doctor's fault (issue #15): each failure found by the reliability sweep, reproduced on the
+real code path (a real leaking loop, real files, a real fork, a real ulimit, real threads), with the
+fixed behaviour asserted. Scenarios that measure memory run in a fresh process (tests/helpers.isolated).
+(The Lightning ones are in test_lightning.py.)"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import isolated
+
+from leakdoctor import LeakDoctor, LeakDoctorWarning, detect
+from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec
+
+pytest_plugins = ["pytester"]
+
+#: Fixed so that materiality does not depend on the RAM of the machine running the tests.
+LIMIT = "2GiB"
+
+
+def strict_json(text: str) -> Any:
+    """Parse as a strict JSON parser would: NaN, Infinity and -Infinity are not JSON."""
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def broken_probe() -> Integration:
+    """An integration whose probe raises on its first read."""
+    def read() -> dict[str, float]:
+        raise RuntimeError("the probe broke")
+
+    return Integration("broken", probes=[FunctionProbe("broken", read, {"broken": MetricSpec("broken")})])
+
+
+def leaking_loop(doctor: LeakDoctor, steps: int, per_step: int = 25_000) -> list[np.ndarray]:
+    """A real leak: every step keeps an array of `per_step` float64 (200 kB by default)."""
+    kept = []
+    for _ in range(steps):
+        kept.append(np.ones(per_step))
+        doctor.step()
+    return kept
+
+
+# --- 1. NaN and inf readings ---------------------------------------------------------------------------
+
+def leak_beside_a_bad_gauge(path: str) -> dict:
+    """A 200 kB/step leak next to a gauge that reads NaN every 7th call and inf every 11th."""
+    calls = itertools.count()
+
+    def ratio() -> float:
+        n = next(calls)
+        return math.nan if n % 7 == 0 else math.inf if n % 11 == 0 else 0.5
+
+    doctor = LeakDoctor(overhead=1.0, memory_limit=LIMIT, summary_path=path, verbose=False)
+    doctor.watch("ratio", ratio)
+    leaking_loop(doctor, 300)
+    summary = doctor.finish()
+    return {"verdict": summary.verdict, "steps": summary.steps, "errors": summary.errors, "notes": summary.notes,
+            "leaks": [(f.cause, f.metric) for f in summary.leaks], "text": Path(path).read_text()}
+
+
+def test_a_nan_gauge_is_skipped_and_the_leak_beside_it_is_found(tmp_path):
+    result = isolated(leak_beside_a_bad_gauge, str(tmp_path / "leaks.json"))
+    assert result["steps"] == 300 and result["errors"] == []  # the doctor never switched itself off
+    assert result["verdict"] == "leak" and ("rss_bytes" in {m for _, m in result["leaks"]}), result
+    skipped = [n for n in result["notes"] if n.startswith("ratio read NaN or inf")]
+    assert len(skipped) == 1 and "first at step 1" in skipped[0], result["notes"]  # flagged once
+    data = strict_json(result["text"])
+    ratio = data["series"]["ratio"]
+    assert ratio["end"] == 0.5 and ratio["peak"] == 0.5 and all(v == 0.5 for _, v in ratio["points"])
+
+
+def test_non_finite_values_are_written_as_null_in_strict_json(tmp_path):
+    doctor = LeakDoctor(verbose=False, summary_path=tmp_path / "leaks.json")
+    summary = doctor.finish()
+    summary.overhead["fraction_of_step_time"] = math.inf
+    summary.settings["memory_limit"] = np.float32("nan")
+    summary.notes.append("fine")
+    data = strict_json(summary.to_json())
+    assert data["overhead"]["fraction_of_step_time"] is None and data["settings"]["memory_limit"] is None
+    assert data["notes"] == ["fine"]
+
+
+@pytest.mark.parametrize("n", [3, 7, 12, 13, 48, 200])
+def test_trend_statistics_never_raise_on_non_finite_values(n):
+    x = np.arange(n) * 3
+    for poison in (math.nan, math.inf, -math.inf):
+        y = np.cumsum(np.ones(n))
+        y[:: max(2, n // 3)] = poison
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for data in (y, list(y)):
+                detect.mann_kendall(data)
+                detect.theil_sen(x, data)
+            detect.assess(x, y, 0.01)
+            detect.classify(x, y, 2, 0.01)
+
+
+# --- 2. warnings as errors -------------------------------------------------------------------------------
+
+def failing_parts_under_warnings_as_errors(path: str, category: str) -> dict:
+    """A failing gauge and a failing probe beside a leak, with LeakDoctorWarning (or every warning) made an
+    error: nothing escapes step() or finish(), and the summary is written."""
+    warnings.simplefilter("error", LeakDoctorWarning if category == "leakdoctor" else Warning)
+    doctor = LeakDoctor(overhead=1.0, memory_limit=LIMIT, summary_path=path, verbose=False,
+                        integrations=[broken_probe()])
+    doctor.watch("bad", lambda: 1 / 0)
+    leaking_loop(doctor, 300)
+    summary = doctor.finish()
+    return {"verdict": summary.verdict, "steps": summary.steps, "parts": [e["part"] for e in summary.errors],
+            "written": json.loads(Path(path).read_text())["verdict"]}
+
+
+@pytest.mark.parametrize("category", ["leakdoctor", "all"])
+def test_warnings_as_errors_never_reach_the_loop(tmp_path, category):
+    result = isolated(failing_parts_under_warnings_as_errors, str(tmp_path / "leaks.json"), category)
+    assert sorted(result["parts"]) == ["gauge 'bad'", "probe broken"], result
+    assert result["steps"] == 300 and result["verdict"] == result["written"] == "leak"
+
+
+def test_a_failure_still_warns_when_warnings_are_not_errors(tmp_path):
+    doctor = LeakDoctor(verbose=False)
+    doctor.watch("bad", lambda: 1 / 0)
+    with pytest.warns(LeakDoctorWarning, match="gauge 'bad' failed"):
+        for _ in range(3):
+            doctor.step()
+    assert [e["part"] for e in doctor.finish().errors] == ["gauge 'bad'"]
+
+
+# --- 3. polling the summary ------------------------------------------------------------------------------
+
+def fastest_poll(doctor: LeakDoctor, polls: int = 20) -> tuple[float, int]:
+    """The fastest of `polls` snapshots of the summary, and the points of resident memory's history."""
+    import time
+
+    best = math.inf
+    for _ in range(polls):
+        start = time.perf_counter()
+        summary = doctor.summary
+        best = min(best, time.perf_counter() - start)
+    return best, len(summary.series["rss_bytes"].points)
+
+
+def summary_polls(polls: int, steps_between: int) -> dict:
+    """A long run (900k steps, its history full at up to 1024 points) whose summary is polled `polls`
+    times, each at a different history length; resident memory after each poll, and the fastest poll
+    with a short history (under 128 points) and with a long one (768 points or more)."""
+    import time
+
+    import psutil
+
+    process = psutil.Process()
+    doctor = LeakDoctor(overhead=1.0, verbose=False)
+    for _ in range(2000):
+        doctor.step()
+    short, points = fastest_poll(doctor)
+    assert points < 128, points
+    rss, long, lengths = [], math.inf, set()
+    for _ in range(polls):
+        for _ in range(steps_between):
+            doctor.step()
+        start = time.perf_counter()
+        summary = doctor.summary
+        elapsed = time.perf_counter() - start
+        points = len(summary.series["rss_bytes"].points)
+        lengths.add(points)
+        if points >= 768:
+            long = min(long, elapsed)
+        rss.append(process.memory_info().rss)
+        if rss[-1] - rss[0] > 256 * 2**20:  # the unbounded cache again: stop before it costs the machine
+            break
+    return {"rss": rss, "short": short, "long": long, "lengths": len(lengths)}
+
+
+def test_polling_the_summary_keeps_memory_flat_and_costs_little():
+    result = isolated(summary_polls, 300, 3000)
+    rss = result["rss"]
+    assert len(rss) == 300 and result["lengths"] > 100  # the history length changed between polls
+    per_poll = (rss[-1] - rss[50]) / 250
+    assert per_poll < 16 * 2**10, f"resident memory grew {per_poll / 2**10:.0f} KiB per poll"
+    # A snapshot of a 1024-point history costs a few times one of a short history, not the square
+    # of the points (before: 100x and more).
+    assert result["long"] < 12 * result["short"], result
+
+
+@pytest.mark.parametrize("n", [10, 64, 65, 500])
+def test_pair_caches_are_bounded(n):
+    detect.theil_sen(np.arange(n), np.arange(n) * 2.0)
+    detect.mann_kendall(np.arange(n) * 1.0)
+    info = detect._cached_pairs.cache_info()
+    assert info.maxsize == detect._CACHED_PAIRS and info.currsize <= info.maxsize
+    assert detect._inversion_cdf.cache_info().maxsize is not None
+
+
+# --- 4. file descriptors -----------------------------------------------------------------------------------
+
+def run_briefly(doctor: LeakDoctor, steps: int = 3) -> LeakDoctor:
+    """A few steps (the first is sampled, so every probe has read), then finish."""
+    for _ in range(steps):
+        doctor.step()
+    doctor.finish()
+    return doctor
+
+
+def open_fds_after_doctors(count: int) -> tuple[int, int, int]:
+    """Open descriptors before `count` doctors, with one running, and after all of them finished."""
+    import psutil
+
+    process = psutil.Process()
+    before = process.num_fds()
+    running = LeakDoctor(verbose=False)
+    running.step()
+    during = process.num_fds()
+    for _ in range(count):
+        run_briefly(LeakDoctor(verbose=False))
+    running.finish()
+    return before, during, process.num_fds()
+
+
+def test_a_thousand_doctors_leave_no_open_descriptor():
+    before, during, after = isolated(open_fds_after_doctors, 1000)
+    assert during <= before + 1  # a running doctor holds at most /proc/self/statm
+    assert after == before
+
+
+def user_files_under_ulimit(limit: int, doctors: int, folder: str) -> dict:
+    """Under a real `ulimit -n <limit>`: `doctors` doctors run and finish, one more keeps running, then the
+    user's own code opens as many files as the limit leaves room for."""
+    import resource
+
+    import psutil
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+    used = psutil.Process().num_fds()
+    read = [("rss_bytes" in run_briefly(LeakDoctor(verbose=False)).summary.series) for _ in range(doctors)]
+    running = LeakDoctor(verbose=False)
+    running.step()
+    room = limit - used - 1  # all but the running doctor's descriptor
+    files = []
+    try:
+        for i in range(room):
+            files.append(open(Path(folder) / f"user-{i}.txt", "w"))
+    except OSError as err:
+        return {"opened": len(files), "room": room, "error": str(err)}
+    finally:
+        for fh in files:
+            fh.close()
+    return {"opened": len(files), "room": room, "read": all(read), "rss": running.readings.get("rss_bytes", 0.0)}
+
+
+def test_doctors_do_not_eat_the_users_descriptors_under_ulimit(tmp_path):
+    result = isolated(user_files_under_ulimit, 64, 200, str(tmp_path))
+    assert result["opened"] == result["room"] > 10, result
+    assert result["read"] and result["rss"] > 0, result
+
+
+def rss_after_fork(mib: int) -> dict:
+    """A doctor running before os.fork(); the child allocates `mib` MiB and steps on: its reading must be
+    its own resident memory, and the parent's must not grow with the child's."""
+    import os
+    import time
+
+    import psutil
+
+    def steps(doctor: LeakDoctor, n: int) -> float:
+        for _ in range(n):
+            time.sleep(0.002)  # a step long enough for every one to be sampled
+            doctor.step()
+        return doctor.readings["rss_bytes"]
+
+    doctor = LeakDoctor(verbose=False, overhead=1.0)
+    parent_before = steps(doctor, 30)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        try:
+            block = np.ones(mib * 2**20 // 8)  # written, so resident
+            reading = steps(doctor, 30)
+            os.write(write_end, json.dumps([reading, psutil.Process().memory_info().rss, block.size]).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as fh:
+        child_reading, child_rss, _ = json.loads(fh.read())
+    os.waitpid(pid, 0)
+    parent_after = steps(doctor, 30)
+    doctor.finish()
+    return {"parent_before": parent_before, "parent_after": parent_after, "child": child_reading,
+            "child_rss": child_rss}
+
+
+def test_after_a_fork_the_child_reads_its_own_memory():
+    mib = 256
+    r = isolated(rss_after_fork, mib)
+    assert r["child"] - r["parent_before"] > 0.8 * mib * 2**20, r  # the child's reading grew with its block
+    assert abs(r["child"] - r["child_rss"]) < 0.1 * r["child_rss"], r  # and is the child's own, per psutil
+    assert r["parent_after"] - r["parent_before"] < 0.2 * mib * 2**20, r  # the parent's did not
+
+
+# --- 6. inputs that switched detection off ---------------------------------------------------------------
+
+@pytest.mark.parametrize("limit", [math.inf, -math.inf, math.nan, np.float64("inf")])
+def test_a_non_finite_memory_limit_is_refused(limit):
+    with pytest.raises(ValueError, match=r"memory_limit=.*(inf|nan).*finite"):
+        LeakDoctor(memory_limit=limit)
+
+
+def test_a_gauge_cannot_take_a_built_in_series_name():
+    doctor = LeakDoctor(verbose=False, integrations=[broken_probe()])
+    for name in ("rss_bytes", "step_seconds", "step_cpu_seconds", "workers_uss_bytes", "workers_pss_bytes",
+                 "broken"):
+        with pytest.raises(ValueError, match=rf"watch: name '{name}' must be a new name.*'rss_bytes'"):
+            doctor.watch(name, lambda: 1.0)
+    doctor.watch("nodes", lambda: 1.0)
+    with pytest.raises(ValueError, match="must be a new name"):
+        doctor.watch("nodes", lambda: 2.0)
+    doctor.finish()
+
+
+def test_a_gauge_cannot_take_a_framework_series_name():
+    pytest.importorskip("torch")
+    from torch import nn
+
+    from leakdoctor.callbacks.torch import LeakDoctor as TorchDoctor
+
+    doctor = TorchDoctor(model=nn.Linear(2, 2), verbose=False)
+    with pytest.raises(ValueError, match="'torch_hooks' must be a new name"):
+        doctor.watch("torch_hooks", lambda: 1.0)
+    doctor.finish()
+
+
+# --- 7. leakdoctor report on a malformed file ------------------------------------------------------------
+
+def a_summary(tmp_path: Path, leak: bool = True) -> dict:
+    """A real summary (a real leaking, or clean, loop), as the JSON the doctor wrote."""
+    path = tmp_path / "real.json"
+    doctor = LeakDoctor(overhead=1.0, memory_limit=LIMIT, summary_path=path, verbose=False)
+    leaking_loop(doctor, 300, per_step=25_000 if leak else 1)
+    doctor.finish()
+    return json.loads(path.read_text())
+
+
+def report(path: Path, capsys) -> tuple[int, str, str]:
+    from leakdoctor.cli import main
+
+    code = main(["report", str(path)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def broken(data: dict, change: str) -> str:
+    """`data` damaged one way, as JSON text."""
+    data = json.loads(json.dumps(data))
+    if change == "series as a list":
+        data["series"] = list(data["series"].values())
+    elif change == "string steps":
+        data["steps"] = "300"
+    elif change == "finding without fields":
+        data["findings"][0] = {"cause": data["findings"][0]["cause"], "metric": "rss_bytes"}
+    elif change == "unknown cause":
+        data["findings"][0]["cause"] = "gremlins"
+    elif change == "remedy not an object":
+        data["findings"][0]["remedy"] = [1, 2]
+    elif change == "points not pairs":
+        data["series"]["rss_bytes"]["points"] = [[1, 2, 3]]
+    elif change == "notes not strings":
+        data["notes"] = [{"a": 1}]
+    elif change == "deep nesting":
+        return "[" * 5000 + json.dumps(data) + "]" * 5000
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("[1, 2, 3]", "expected a JSON object"),
+    ('"a summary"', "expected a JSON object"),
+    ('{"schema": "something/1"}', "not a leakdoctor summary"),
+    ("{\"schema\": ", "not JSON"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    (b"\xff\xfe{}", "not UTF-8"),
+])
+def test_report_on_a_file_that_is_no_summary_exits_2_with_one_line(tmp_path, capsys, content, message):
+    path = tmp_path / "leaks.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    code, out, err = report(path, capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.parametrize("change, message", [
+    ("series as a list", "summary.series: expected an object of series, got a list"),
+    ("string steps", "summary.steps: expected a whole number of steps, got a string"),
+    ("finding without fields", "findings[0]: missing 'unit'"),
+    ("unknown cause", "findings[0].cause: expected a cause"),
+    ("remedy not an object", "findings[0].remedy: expected an object or null, got a list"),
+    ("points not pairs", "series['rss_bytes'].points: expected a list of [step, value] pairs"),
+    ("notes not strings", "summary.notes: expected a list of strings"),
+    ("deep nesting", "nested too deeply"),
+])
+def test_report_on_a_damaged_summary_exits_2_with_one_line(tmp_path, capsys, change, message):
+    path = tmp_path / "leaks.json"
+    path.write_text(broken(a_summary(tmp_path), change))
+    code, out, err = report(path, capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+
+
+def test_report_strips_terminal_escape_sequences(tmp_path, capsys):
+    data = a_summary(tmp_path)
+    evil = "\x1b[2J\x1b]0;owned\x07\x1b[31mred\x1b[0m\rverdict CLEAN\x9b1m\u202e"
+    data["notes"].append(evil)
+    data["findings"][0]["evidence"] += evil
+    data["series"][evil] = data["series"]["rss_bytes"]
+    path = tmp_path / "leaks.json"
+    path.write_text(json.dumps(data))
+    code, out, err = report(path, capsys)
+    assert code == 1 and err == ""
+    assert not any(c in out for c in "\x1b\x07\r\x9b\u202e"), repr(out)
+    assert "note: red verdict CLEAN" in out  # the text stays, the control is gone
+
+
+def test_report_refuses_a_huge_file_without_reading_it(tmp_path, capsys):
+    path = tmp_path / "leaks.json"
+    with open(path, "wb") as fh:
+        fh.truncate(300 * 2**20)  # a 300 MB file (sparse: it costs no disk)
+    code, out, err = report(path, capsys)
+    assert code == 2 and "larger than 64 MiB" in err and err.count("\n") == 1
+
+
+def test_report_exit_codes_from_the_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    leaky, clean = tmp_path / "leak", tmp_path / "clean"
+    leaky.mkdir()
+    clean.mkdir()
+    (tmp_path / "leak.json").write_text(json.dumps(a_summary(leaky)))
+    (tmp_path / "clean.json").write_text(json.dumps(a_summary(clean, leak=False)))
+    (tmp_path / "bad.json").write_text("[]")
+    codes = {name: subprocess.run([sys.executable, "-m", "leakdoctor.cli", "report", str(tmp_path / f"{name}.json")],
+                                  capture_output=True, text=True).returncode
+             for name in ("leak", "clean", "bad", "missing")}
+    assert codes == {"leak": 1, "clean": 0, "bad": 2, "missing": 2}
+
+
+# --- 8. the pytest plugin's verdict does not depend on the runner's memory ---------------------------------
+
+PLUGIN_TESTS = '''
+import numpy as np
+import pytest
+
+KEPT = []
+
+def leak_20kb():
+    KEPT.append(np.ones(2_500))      # 20 kB a step, kept
+
+@pytest.mark.parametrize("limit", ["2GiB", None])
+def test_fixture_leak(leak_check, limit):
+    leak_check(leak_20kb, steps=300, memory_limit=limit)
+
+@pytest.mark.parametrize("limit", ["2GiB", None])
+def test_fixture_clean(leak_check, limit):
+    summary = leak_check(lambda: np.ones(2_500).sum(), steps=300, memory_limit=limit)
+    assert summary.steps == 300
+
+def test_fixture_leak_under_a_higher_threshold(leak_check):
+    leak_check(leak_20kb, steps=300, max_bytes_per_step=1_000_000)
+
+@pytest.mark.leakcheck(steps=300, memory_limit="2GiB")
+def test_marked_leak_2gib():
+    leak_20kb()
+
+@pytest.mark.leakcheck(steps=300)
+def test_marked_leak_ram():
+    leak_20kb()
+
+def test_bad_threshold(leak_check):
+    with pytest.raises(ValueError, match="max_bytes_per_step=-1"):
+        leak_check(leak_20kb, steps=3, max_bytes_per_step=-1)
+'''
+
+
+def test_leak_check_verdict_is_the_same_whatever_the_memory_limit(pytester):
+    """The same 20 kB/step leak fails with memory_limit="2GiB" and with the machine's memory (before: it
+    passed where the machine had more than ~20 GiB); a clean step passes with both."""
+    pytester.makepyfile(PLUGIN_TESTS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-p", "no:randomly")
+    result.assert_outcomes(passed=4, failed=4)
+    result.stdout.fnmatch_lines_random([
+        "*FAILED*test_fixture_leak?2GiB?*", "*FAILED*test_fixture_leak?None?*",
+        "*FAILED*test_marked_leak_2gib*", "*FAILED*test_marked_leak_ram*",
+        "*the step leaks memory: python_objects on rss_bytes (*KiB/step); max_bytes_per_step=4096*"])
