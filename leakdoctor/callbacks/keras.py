@@ -33,15 +33,13 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import sys
-import weakref
-from functools import partial
 from typing import Any, Mapping
 
 from leakdoctor import doctor
+from leakdoctor import options as doctor_options
 from leakdoctor.guard import Guard
 from leakdoctor.integrations import Integration
 from leakdoctor.integrations import keras as keras_integration
-from leakdoctor.settings import Settings
 from leakdoctor.summary import Finding, Summary, format_value
 
 #: The across-calls doctor's settings, in calls: warm-up over the first imports and compiles, one call
@@ -64,7 +62,7 @@ class KerasDoctor(doctor.LeakDoctor):
         parts: list[Integration] = [keras_integration.integration(calls),
                                     *keras_integration.backend_integrations(model)]
         self.label = label
-        super().__init__(integrations=parts, **options)
+        super().__init__(integrations=[*parts, *options.pop("integrations", ())], **options)
         practice = self._clinic.practice
         practice.forensics = [f for f in practice.forensics if f.name not in without]
         if keras_integration.is_users(model):  # a subclassed model's list/dict attributes are counted
@@ -115,8 +113,11 @@ class _Hooks:
             raise ValueError(f"call_options: unknown setting(s) {unknown}: valid ones are {sorted(CALL_DEFAULTS)}")
         self._batch_options = dict(remedies=remedies, verbose=verbose, **options)
         self._call_options = {**self._batch_options, **CALL_DEFAULTS, **(call_options or {})}
-        settings = Settings.create(summary_path=summary_path, plot_path=plot_path, **self._batch_options)
-        Settings.create(**self._call_options)  # bad values fail here, not at the first fit
+        # bad names and values fail here, not at the first fit
+        settings = doctor_options.check("LeakDoctorCallback", dict(summary_path=summary_path, plot_path=plot_path,
+                                                                   **self._batch_options),
+                                        own=("log_prefix", "call_options"))
+        doctor_options.check("LeakDoctorCallback", self._call_options)
         self.settings = settings
         self.log_prefix = log_prefix
         self._guard = Guard()
@@ -132,7 +133,7 @@ class _Hooks:
         # memory steps up by megabytes for good (measured with JAX), which this doctor would then see as
         # growth. The models probe and the gc census name what piles up across calls instead.
         self.doctor = KerasDoctor(self._calls, "across calls", without=("tracemalloc",), **self._call_options)
-        self._atexit = partial(_finish_at_exit, weakref.ref(self))
+        self._atexit = self.finish  # held by atexit until finish(), so an unfinished callback still writes
         atexit.register(self._atexit)
 
     # --- what users call -----------------------------------------------------------------------------
@@ -328,13 +329,6 @@ def per_call(finding: Finding, call: int, batches: int, label: str) -> Finding:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "es" if noun.endswith("ch") else "s")
-
-
-def _finish_at_exit(ref: "weakref.ReferenceType[_Hooks]") -> None:
-    """Write the final summary at interpreter exit if nobody called finish()."""
-    callback = ref()
-    if callback is not None:
-        callback.finish()
 
 
 def __getattr__(name: str) -> Any:
