@@ -341,13 +341,18 @@ def test_a_gauge_cannot_take_a_framework_series_name():
 
 # --- 7. leakdoctor report on a malformed file ------------------------------------------------------------
 
-def a_summary(tmp_path: Path, leak: bool = True) -> dict:
-    """A real summary (a real leaking, or clean, loop), as the JSON the doctor wrote."""
-    path = tmp_path / "real.json"
+def summary_of_a_run(path: str, leak: bool) -> dict:
     doctor = LeakDoctor(overhead=1.0, memory_limit=LIMIT, summary_path=path, verbose=False)
     leaking_loop(doctor, 300, per_step=25_000 if leak else 1)
     doctor.finish()
-    return json.loads(path.read_text())
+    return json.loads(Path(path).read_text())
+
+
+def a_summary(tmp_path: Path, leak: bool = True) -> dict:
+    """A real summary (a real leaking, or clean, loop, in a fresh process), as the JSON the doctor wrote."""
+    summary = isolated(summary_of_a_run, str(tmp_path / "real.json"), leak)
+    assert summary["verdict"] == ("leak" if leak else "clean"), summary
+    return summary
 
 
 def report(path: Path, capsys) -> tuple[int, str, str]:
