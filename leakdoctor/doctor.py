@@ -11,8 +11,8 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import sys
+import threading
 import time
-import weakref
 from functools import partial
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
@@ -115,7 +115,13 @@ class LeakDoctor:
         self._sample_end = time.perf_counter()
         self._cpu_mark = time.process_time()
         self._result: Summary | None = None
-        self._atexit = partial(_finish_at_exit, weakref.ref(self))
+        # One thread at a time past the countdown: steps from two threads, a summary polled from a third
+        # (an exporter), a gauge added mid-run. Reentrant, so that a signal handler that finishes the
+        # doctor in the middle of a step does not wait for itself.
+        self._lock = threading.RLock()
+        # At exit, a run nobody finished writes its summary. atexit holds the doctor itself, so a doctor
+        # built in a function that returned is still there to write it; finish() lets go.
+        self._atexit = partial(_finish_at_exit, self)
         atexit.register(self._atexit)
         self._publisher = exporter.publisher_for(self.settings, self.framework, self._guard)
         termination.register(self)  # finished on SIGTERM; kept reachable until finish()
@@ -133,7 +139,8 @@ class LeakDoctor:
             raise ValueError(f"watch({name!r}): gauge must be a callable returning a number, got {gauge!r}")
         if unit not in UNITS:
             raise ValueError(f"watch({name!r}): unit {unit!r}, expected one of {UNITS}")
-        self._watchlist.add_gauge(name, gauge, unit)
+        with self._lock:
+            self._watchlist.add_gauge(name, gauge, unit)
 
     def watch_object(self, obj: Any, name: str | None = None, include_private: bool = False) -> None:
         """Count the items of `obj`'s list/dict/set/tuple/deque attributes (or of `obj` itself if it is
@@ -143,7 +150,8 @@ class LeakDoctor:
         label = name or type(obj).__name__
         if not isinstance(label, str) or not label:
             raise ValueError(f"watch_object: name {name!r} must be a non-empty string")
-        self._watchlist.add_object(obj, label, include_private)
+        with self._lock:
+            self._watchlist.add_object(obj, label, include_private)
 
     def step(self, **context: Any) -> None:
         """Call once at the end of every training step. Keyword arguments (this step's arrays, loss,
@@ -152,7 +160,8 @@ class LeakDoctor:
         if self._countdown > 0 and self._idle:
             self._step += 1
             return
-        self._work(context)
+        with self._lock:
+            self._work(context)
 
     def _work(self, context: Mapping[str, Any]) -> None:
         """The part of a step that does something: remedies, and a sample when one is due."""
@@ -182,7 +191,11 @@ class LeakDoctor:
 
     def finish(self, exception: BaseException | None = None) -> Summary:
         """End the run: conclude what is pending, build the summary, write, plot and print it. Safe to
-        call more than once; later calls return the same summary."""
+        call more than once (from any thread); later calls return the same summary."""
+        with self._lock:
+            return self._end(exception)
+
+    def _end(self, exception: BaseException | None) -> Summary:
         if self._result is not None:
             return self._result
         atexit.unregister(self._atexit)
@@ -214,9 +227,10 @@ class LeakDoctor:
         return self._summary_now()
 
     def _summary_now(self) -> Summary:
-        if self._result is not None:
-            return self._result
-        return self._guard.call("summary", self._build_summary) or self._bare_summary()
+        with self._lock:
+            if self._result is not None:
+                return self._result
+            return self._guard.call("summary", self._build_summary) or self._bare_summary()
 
     @property
     def steps(self) -> int:
@@ -230,7 +244,8 @@ class LeakDoctor:
     @property
     def readings(self) -> dict[str, float]:
         """The latest value of every series, e.g. for a framework logger."""
-        return {name: s.end for name, s in self._monitor.series.items() if s.end is not None}
+        with self._lock:
+            return {name: s.end for name, s in self._monitor.series.items() if s.end is not None}
 
     @property
     def active_remedies(self) -> list[Remedy]:
@@ -240,8 +255,9 @@ class LeakDoctor:
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to go on from this one (for checkpoints): the step count, findings and
         notes. The series stay with this process."""
-        return {"schema": STATE_SCHEMA, "steps": self._step,
-                "findings": [f.to_dict() for f in self._clinic.findings], "notes": list(self._clinic.notes)}
+        with self._lock:
+            return {"schema": STATE_SCHEMA, "steps": self._step,
+                    "findings": [f.to_dict() for f in self._clinic.findings], "notes": list(self._clinic.notes)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Go on from a `state_dict()`; call it before the first step. Steps count on from the saved ones,
@@ -377,8 +393,6 @@ class LeakDoctor:
             print(f"leakdoctor: {message}", file=sys.stderr)
 
 
-def _finish_at_exit(ref: "weakref.ReferenceType[LeakDoctor]") -> None:
+def _finish_at_exit(doctor: LeakDoctor) -> None:
     """Write the summary at interpreter exit if the run never called finish()."""
-    doctor = ref()
-    if doctor is not None:
-        doctor.finish(oom.uncaught())
+    doctor.finish(oom.uncaught())

@@ -175,12 +175,13 @@ def parse_bytes(value: int | float | str) -> float:
 
 
 def _writable(name: str, value: str | os.PathLike[str] | None) -> Path | None:
-    """A file path whose folder exists (created if missing) and is writable."""
+    """A file path whose folder exists (created if missing) and is writable, made absolute now, so that
+    a later os.chdir() in the training script does not move it."""
     if value is None:
         return None
     if not isinstance(value, (str, os.PathLike)):
         raise ValueError(f"{name}={value!r}: expected a file path (str or os.PathLike) or None")
-    path = Path(value).expanduser()
+    path = Path(os.path.abspath(Path(value).expanduser()))
     if path.is_dir():
         raise ValueError(f"{name}={str(path)!r} is a folder: expected a file path such as {str(path / 'leaks.json')!r}")
     try:

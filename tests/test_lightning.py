@@ -191,3 +191,73 @@ def test_callback_is_a_lightning_callback():
     assert callback.state_key == "LeakDoctorCallback" and callback.summary is None
     copy = pickle.loads(pickle.dumps(callback))  # as ddp_spawn sends it to its processes
     assert type(copy) is LeakDoctorCallback and copy.state_dict() == {}
+
+
+# --- one callback, several fits (issue #15) -------------------------------------------------------------
+
+def three_fits(steps: int, folder: str) -> dict:
+    """One callback through three fits (new Trainers): a module that keeps its losses, then two clean
+    ones; the summary file after each fit."""
+    quiet()
+    from leakdoctor.callbacks.lightning import LeakDoctorCallback
+
+    L.seed_everything(0, verbose=False)
+    path = Path(folder) / "leaks.json"
+    callback = LeakDoctorCallback(verbose=False, overhead=1.0, summary_path=path)  # every step sampled
+    written = []
+    for module in (LeakyRegressor(), Regressor(), Regressor()):
+        trainer = L.Trainer(max_steps=steps, callbacks=[callback], logger=False, **trainer_options())
+        trainer.fit(module, loader(steps))
+        written.append(json.loads(path.read_text()))
+    return {"written": written, "summary": json.loads(callback.summary.to_json())}
+
+
+def test_a_second_fit_continues_the_callbacks_history(tmp_path):
+    result = isolated(three_fits, 150, str(tmp_path))
+    first, second, third = result["written"]
+    assert [first["steps"], second["steps"], third["steps"]] == [150, 300, 450]  # steps count on
+    found = finding(first, "retained_graph")
+    assert found["first_step"] < 150
+    for later in (second, third):  # the clean fits neither drop nor restart what fit 1 found
+        assert later["verdict"] == "leak" and finding(later, "retained_graph") == found
+        assert f"steps 1-{later['steps'] - 150} were earlier fits with this callback" in " ".join(later["notes"])
+    assert result["summary"]["findings"] == third["findings"]
+
+
+# --- options and warnings as errors (issue #15) -------------------------------------------------------------
+
+def test_a_misspelt_option_names_itself_and_the_valid_ones():
+    from leakdoctor.callbacks.lightning import LeakDoctorCallback
+
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['remedys'\]; valid options: .*'remedies'.*'watch_module'"):
+        LeakDoctorCallback(remedys="safe")
+    with pytest.raises(ValueError, match="integrations="):
+        LeakDoctorCallback(integrations=["not an integration"])
+
+
+def probe_that_breaks():
+    from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec
+
+    def read():
+        raise RuntimeError("the probe broke")
+
+    return Integration("broken", probes=[FunctionProbe("broken", read, {"broken": MetricSpec("broken")})])
+
+
+def fit_with_warnings_as_errors(steps: int, folder: str) -> dict:
+    """A fit whose callback has a probe that fails, with LeakDoctorWarning made an error."""
+    quiet()
+    from leakdoctor import LeakDoctorWarning
+    from leakdoctor.callbacks.lightning import LeakDoctorCallback
+
+    warnings.simplefilter("error", LeakDoctorWarning)
+    path = Path(folder) / "leaks.json"
+    callback = LeakDoctorCallback(verbose=False, summary_path=path, integrations=[probe_that_breaks()])
+    trainer = L.Trainer(max_steps=steps, callbacks=[callback], logger=False, **trainer_options())
+    trainer.fit(Regressor(), loader(steps))
+    return json.loads(path.read_text())
+
+
+def test_a_failing_probe_under_warnings_as_errors_does_not_stop_the_fit(tmp_path):
+    summary = isolated(fit_with_warnings_as_errors, 50, str(tmp_path))
+    assert summary["steps"] == 50 and [e["part"] for e in summary["errors"]] == ["probe broken"]

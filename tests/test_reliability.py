@@ -341,13 +341,18 @@ def test_a_gauge_cannot_take_a_framework_series_name():
 
 # --- 7. leakdoctor report on a malformed file ------------------------------------------------------------
 
-def a_summary(tmp_path: Path, leak: bool = True) -> dict:
-    """A real summary (a real leaking, or clean, loop), as the JSON the doctor wrote."""
-    path = tmp_path / "real.json"
+def summary_of_a_run(path: str, leak: bool) -> dict:
     doctor = LeakDoctor(overhead=1.0, memory_limit=LIMIT, summary_path=path, verbose=False)
     leaking_loop(doctor, 300, per_step=25_000 if leak else 1)
     doctor.finish()
-    return json.loads(path.read_text())
+    return json.loads(Path(path).read_text())
+
+
+def a_summary(tmp_path: Path, leak: bool = True) -> dict:
+    """A real summary (a real leaking, or clean, loop, in a fresh process), as the JSON the doctor wrote."""
+    summary = isolated(summary_of_a_run, str(tmp_path / "real.json"), leak)
+    assert summary["verdict"] == ("leak" if leak else "clean"), summary
+    return summary
 
 
 def report(path: Path, capsys) -> tuple[int, str, str]:
@@ -497,3 +502,209 @@ def test_leak_check_verdict_is_the_same_whatever_the_memory_limit(pytester):
         "*FAILED*test_fixture_leak?2GiB?*", "*FAILED*test_fixture_leak?None?*",
         "*FAILED*test_marked_leak_2gib*", "*FAILED*test_marked_leak_ram*",
         "*the step leaks memory: python_objects on rss_bytes (*KiB/step); max_bytes_per_step=4096*"])
+
+
+# --- 10. smaller ones -----------------------------------------------------------------------------------------
+
+def modes_under_umasks(folder: str) -> dict:
+    import os
+
+    modes = {}
+    for umask in (0o022, 0o077, 0o002):
+        os.umask(umask)
+        path = Path(folder) / f"leaks-{umask:03o}.json"
+        run_briefly(LeakDoctor(verbose=False, summary_path=path))
+        modes[f"{umask:03o}"] = f"{path.stat().st_mode & 0o777:03o}"
+    return modes
+
+
+def test_summary_files_honour_the_umask(tmp_path):
+    assert isolated(modes_under_umasks, str(tmp_path)) == {"022": "644", "077": "600", "002": "664"}
+
+
+AT_EXIT = """
+import gc
+import sys
+from leakdoctor import LeakDoctor
+
+def train(path):
+    doctor = LeakDoctor(summary_path=path)   # never finished, and unreachable once train returns
+    for _ in range(40):
+        doctor.step()
+
+train(sys.argv[1])
+gc.collect()   # as happens sooner or later in any program: the doctor's own cycles are collected
+"""
+
+
+def test_a_doctor_built_in_a_function_that_returned_writes_its_summary_at_exit(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "leaks.json"
+    run = subprocess.run([sys.executable, "-c", AT_EXIT, str(path)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(path.read_text())["steps"] == 40
+    assert "leakdoctor: python, 40 steps, verdict CLEAN" in run.stderr  # and it says so
+
+
+def test_a_relative_summary_path_survives_a_chdir(tmp_path, monkeypatch):
+    start, elsewhere = tmp_path / "start", tmp_path / "elsewhere"
+    start.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(start)
+    doctor = LeakDoctor(verbose=False, summary_path="out/leaks.json", plot_path="out/leaks.png")
+    monkeypatch.chdir(elsewhere)
+    run_briefly(doctor)
+    assert (start / "out" / "leaks.json").exists() and not (elsewhere / "out").exists()
+    assert doctor.settings.plot_path == start / "out" / "leaks.png"
+
+
+def write_huge_summaries(path: str) -> None:
+    """Write a large summary over and over (each write takes a while), until killed."""
+    doctor = LeakDoctor(verbose=False)
+    summary = doctor.finish()
+    summary.notes.append("x" * 64 * 2**20)
+    while True:
+        summary.write(path)
+
+
+def test_a_write_killed_midway_leaves_no_stray_temporary_file(tmp_path):
+    import multiprocessing
+    import os
+    import signal
+    import time
+
+    path = tmp_path / "leaks.json"
+    writer = multiprocessing.get_context("spawn").Process(target=write_huge_summaries, args=(str(path),))
+    writer.start()
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".leaks.json.*.tmp")) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    os.kill(writer.pid, signal.SIGKILL)  # in the middle of a write
+    writer.join(30)
+    stray = list(tmp_path.glob(".leaks.json.*.tmp"))
+    assert len(stray) == 1, stray  # what a SIGKILL leaves behind
+    an_hour_ago = time.time() - 3600
+    os.utime(stray[0], (an_hour_ago, an_hour_ago))  # ... found by a later run
+    live = tmp_path / f".leaks.json.{os.getpid() + 1}.0000.tmp"  # a write in progress right now, elsewhere
+    live.write_text("")
+    run_briefly(LeakDoctor(verbose=False, summary_path=path))
+    assert not stray[0].exists() and live.exists()
+    assert json.loads(path.read_text())["steps"] == 3
+
+
+def ddp_rank_that_raises(rank: int, port: int, folder: str) -> None:
+    """One of two gloo ranks of a plain torch loop that raises on every rank at step 20."""
+    import torch.distributed as dist
+
+    from leakdoctor.callbacks.torch import LeakDoctor as TorchDoctor
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        with TorchDoctor(summary_path=Path(folder) / "leaks.json", verbose=False) as doctor:
+            for step in range(1, 31):
+                doctor.step()
+                if step == 20:
+                    raise RuntimeError("the data went bad")
+    except RuntimeError:
+        pass
+    finally:
+        dist.destroy_process_group()
+
+
+def test_after_a_ddp_exception_rank_0_says_the_ranks_were_not_gathered(tmp_path):
+    pytest.importorskip("torch")
+    import multiprocessing
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    context = multiprocessing.get_context("spawn")
+    ranks = [context.Process(target=ddp_rank_that_raises, args=(rank, port, str(tmp_path))) for rank in (0, 1)]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(300)
+    assert [p.exitcode for p in ranks] == [0, 0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["leaks.json"]  # rank 0 alone writes
+    summary = strict_json((tmp_path / "leaks.json").read_text())
+    assert summary["rank"] == 0 and summary["steps"] == 20 and summary["ranks"] == []
+    assert ("the run ended with RuntimeError: the summaries of the other 1 rank(s) were not gathered (they may "
+            "never reach the collective), so this summary is rank 0's alone") in summary["notes"]
+
+
+def two_threads_one_doctor(steps: int) -> dict:
+    """Two threads step one doctor on a real leak (24 kB a step each), a third polls the summary and the
+    readings, and a gauge and a watched list are added mid-run."""
+    import threading
+
+    doctor = LeakDoctor(verbose=False, overhead=1.0, warmup=5, memory_limit=LIMIT)
+    kept: list[np.ndarray] = []
+    done = threading.Event()
+
+    def train() -> None:
+        for i in range(steps):
+            kept.append(np.ones(3_000))
+            if i == steps // 2:
+                doctor.watch_object(kept, f"kept{threading.get_ident()}")
+            doctor.step()
+
+    def poll() -> None:
+        while not done.is_set():
+            doctor.summary
+            doctor.readings
+
+    trainers = [threading.Thread(target=train) for _ in range(2)]
+    poller = threading.Thread(target=poll)
+    poller.start()
+    for thread in trainers:
+        thread.start()
+    doctor.watch("items", lambda: float(len(kept)))
+    for thread in trainers:
+        thread.join()
+    done.set()
+    poller.join()
+    summary = doctor.finish()
+    return {"steps": summary.steps, "errors": summary.errors, "verdict": summary.verdict}
+
+
+def test_one_doctor_stepped_from_two_threads_stays_on():
+    result = isolated(two_threads_one_doctor, 1500)
+    assert result == {"steps": 3000, "errors": [], "verdict": "leak"}
+
+
+def keras_fit_with_warnings_as_errors(folder: str) -> dict:
+    """Keras (jax backend): a misspelt option, then a fit whose callback (given `integrations=`) has a probe
+    that fails, with LeakDoctorWarning made an error."""
+    import os
+
+    os.environ["KERAS_BACKEND"] = "jax"
+    warnings.filterwarnings("ignore")
+    import keras
+
+    from leakdoctor.callbacks.keras import LeakDoctorCallback
+
+    try:
+        LeakDoctorCallback(remedys="safe")
+        misspelt = None
+    except ValueError as err:
+        misspelt = str(err)
+    warnings.simplefilter("error", LeakDoctorWarning)
+    path = Path(folder) / "leaks.json"
+    callback = LeakDoctorCallback(verbose=False, summary_path=path, integrations=[broken_probe()])
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.random.default_rng(0).normal(size=(256, 8)).astype("float32")
+    model.fit(x, x[:, :1], epochs=2, batch_size=16, verbose=0, callbacks=[callback])
+    summary = callback.finish()
+    return {"misspelt": misspelt, "parts": [e["part"] for e in summary.errors],
+            "written": json.loads(path.read_text())["errors"]}
+
+
+def test_keras_callback_options_and_warnings_as_errors(tmp_path):
+    result = isolated(keras_fit_with_warnings_as_errors, str(tmp_path))
+    assert result["misspelt"].startswith("LeakDoctorCallback: unknown option(s) ['remedys']; valid options: [")
+    assert "'call_options'" in result["misspelt"] and "'remedies'" in result["misspelt"]
+    assert "probe broken" in " ".join(result["parts"]) and result["written"]  # the fit went on, and was written

@@ -40,17 +40,16 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import sys
-import weakref
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from leakdoctor import doctor, oom, termination
+from leakdoctor import options as doctor_options
 from leakdoctor.exporter import Publisher
 from leakdoctor.guard import Guard
 from leakdoctor.integrations import Integration
 from leakdoctor.integrations import keras as keras_integration
-from leakdoctor.settings import Settings
 from leakdoctor.summary import Finding, Summary, format_value
 
 #: The across-calls doctor's settings, in calls: warm-up over the first imports and compiles, one call
@@ -74,7 +73,7 @@ class KerasDoctor(doctor.LeakDoctor):
         parts: list[Integration] = [keras_integration.integration(calls),
                                     *keras_integration.backend_integrations(model)]
         self.label = label
-        super().__init__(integrations=parts, **options)
+        super().__init__(integrations=[*parts, *options.pop("integrations", ())], **options)
         practice = self._clinic.practice
         practice.forensics = [f for f in practice.forensics if f.name not in without]
         if keras_integration.is_users(model):  # a subclassed model's list/dict attributes are counted
@@ -137,8 +136,11 @@ class _Hooks:
         self._call_options = {**self._batch_options, **CALL_DEFAULTS, **(call_options or {})}
         if self._call_options.get("on_limit") == "stop":  # a callback cannot stop the loop of calls
             self._call_options.update(on_limit="warn", checkpoint=None)
-        settings = Settings.create(summary_path=summary_path, plot_path=plot_path, **self._batch_options)
-        Settings.create(**self._call_options)  # bad values fail here, not at the first fit
+        # bad names and values fail here, not at the first fit
+        settings = doctor_options.check("LeakDoctorCallback", dict(summary_path=summary_path, plot_path=plot_path,
+                                                                   **self._batch_options),
+                                        own=("log_prefix", "call_options"))
+        doctor_options.check("LeakDoctorCallback", self._call_options)
         self.settings = settings
         self.log_prefix = log_prefix
         self._guard = Guard()
@@ -157,7 +159,7 @@ class _Hooks:
         # The across-calls doctor serves /metrics for the callback's life; each fit's doctor feeds it too.
         self._fit_publisher = self.doctor._publisher and self.doctor._publisher.sibling(clock="batch")
         self._batch_options = {k: v for k, v in self._batch_options.items() if not k.startswith("prometheus_")}
-        self._atexit = partial(_finish_at_exit, weakref.ref(self))
+        self._atexit = partial(_finish_at_exit, self)  # held by atexit until finish(), so an unfinished callback still writes
         atexit.register(self._atexit)
         termination.register(self, self._terminated)
 
@@ -386,11 +388,9 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "es" if noun.endswith("ch") else "s")
 
 
-def _finish_at_exit(ref: "weakref.ReferenceType[_Hooks]") -> None:
+def _finish_at_exit(callback: "_Hooks") -> None:
     """Write the final summary at interpreter exit if nobody called finish()."""
-    callback = ref()
-    if callback is not None:
-        callback.finish(oom.uncaught())
+    callback.finish(oom.uncaught())
 
 
 def __getattr__(name: str) -> Any:

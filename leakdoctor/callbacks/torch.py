@@ -15,6 +15,7 @@ on_limit="stop" acts as "warn": a rank that left the loop alone would leave the 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from leakdoctor import doctor, ranks
@@ -50,7 +51,13 @@ class LeakDoctor(doctor.LeakDoctor):
         """Gather every rank's summary into rank 0's; not after an exception, when the other ranks may
         never reach the collective."""
         if exception is not None:
-            return summary
+            world = torch_integration.world_size()
+            if world < 2:
+                return summary
+            note = (f"the run ended with {type(exception).__name__}: the summaries of the other {world - 1} rank(s) "
+                    f"were not gathered (they may never reach the collective), so this summary is rank "
+                    f"{self.settings.rank}'s alone")
+            return dataclasses.replace(summary, notes=[*summary.notes, note])
         gathered = torch_integration.gather(summary.to_dict())
         if gathered is None or self.settings.rank != 0:
             return summary

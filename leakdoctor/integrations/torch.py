@@ -72,6 +72,12 @@ def gather(obj: Any) -> list[Any] | None:
     return gathered
 
 
+def world_size() -> int:
+    """How many ranks torch.distributed runs (1 when it is not initialized)."""
+    dist = require_torch().distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
 def distributed_rank() -> int | None:
     """This process's rank when torch.distributed is initialized, else None."""
     dist = require_torch().distributed
