@@ -199,7 +199,6 @@ class LeakDoctor:
         if self._result is not None:
             return self._result
         atexit.unregister(self._atexit)
-        termination.unregister(self)
         if exception is not None:
             self._clinic.notes.append(f"the run ended with {type(exception).__name__} at step {self._step}")
         self._account_user_time(time.perf_counter())
@@ -213,7 +212,8 @@ class LeakDoctor:
         self._result = summary
         self._emit(summary)
         if self._publisher is not None:
-            self._guard.call("prometheus", self._publisher.close)
+            self._guard.call("prometheus server", self._publisher.close)
+        termination.unregister(self)  # only now: a SIGTERM while finishing still finds it
         return summary
 
     def _complete(self, summary: Summary, exception: BaseException | None) -> Summary:

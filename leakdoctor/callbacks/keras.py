@@ -161,7 +161,7 @@ class _Hooks:
         self._batch_options = {k: v for k, v in self._batch_options.items() if not k.startswith("prometheus_")}
         self._atexit = partial(_finish_at_exit, self)  # held by atexit until finish(), so an unfinished callback still writes
         atexit.register(self._atexit)
-        termination.register(self, self._terminated)
+        termination.register(self)  # on SIGTERM: finish(SIGTERM), noted in the across-calls doctor's summary
 
     # --- what users call -----------------------------------------------------------------------------
 
@@ -179,7 +179,6 @@ class _Hooks:
         if self._result is not None:
             return self._result
         atexit.unregister(self._atexit)
-        termination.unregister(self)
         self._guard.call("keras callback", self._abandon, exception)
         final = self.doctor.finish(exception)
         self._result = self._cumulative(final)
@@ -188,12 +187,8 @@ class _Hooks:
             self._guard.call("plot", self._result.plot, self.settings.plot_path)
         if self.settings.verbose and self.settings.rank == 0 and self.doctor.steps:
             print(self._result.text(), file=sys.stderr)
+        termination.unregister(self)  # only now: a SIGTERM while finishing still finds it
         return self._result
-
-    def _terminated(self, exception: BaseException) -> None:
-        """SIGTERM: note it in the across-calls doctor's summary and finish."""
-        self.doctor.finish(exception)
-        self.finish()
 
     def __copy__(self) -> "_Hooks":
         return self
