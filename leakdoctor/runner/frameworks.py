@@ -127,8 +127,11 @@ def _keras_call(session: Session, original: Callable[..., Any]) -> Callable[...,
     @functools.wraps(original)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         callback = session.attach("keras", _keras_callback)
-        if callback is not None:
+        try:
             bound = signature.bind(self, *args, **kwargs)
+        except TypeError:  # arguments Keras will refuse with its own message
+            bound = None
+        if callback is not None and bound is not None:
             bound.arguments["callbacks"] = _with(bound.arguments.get("callbacks"), callback)
             args, kwargs = bound.args[1:], bound.kwargs
         return original(self, *args, **kwargs)
