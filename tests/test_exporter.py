@@ -94,6 +94,19 @@ def test_a_leaking_torch_loop_serves_its_series_finding_and_remedy_on_loopback_o
         scrape(address)
 
 
+def test_a_growing_memory_leak_is_projected_to_the_memory_limit():
+    doctor = LeakDoctor(prometheus_port=0, overhead=1.0, memory_limit="2GiB", verbose=False)
+    kept = []
+    for _ in range(120):
+        kept.append(bytearray(400_000))  # 400 kB a step, kept
+        doctor.step()
+    samples = scrape(doctor._publisher.exporter.address)
+    doctor.finish()
+    assert value(samples, "leakdoctor_findings", cause="python_objects", state="leak") == 1
+    projected = value(samples, "leakdoctor_projected_limit_step")
+    assert 120 < projected < 120 + 2 * 2**30 / 300_000  # the limit is reached within (2 GiB / the rate) steps
+
+
 def test_each_doctor_has_its_own_registry_and_server():
     first, second = (LeakDoctor(prometheus_port=0, overhead=1.0, verbose=False) for _ in range(2))
     first.watch("len(graph.nodes)", lambda: 7)
