@@ -119,11 +119,12 @@ class LeakDoctor:
         # (an exporter), a gauge added mid-run. Reentrant, so that a signal handler that finishes the
         # doctor in the middle of a step does not wait for itself.
         self._lock = threading.RLock()
+        # The exporter last but for the registrations: a bad port raises here, with nothing registered.
+        self._publisher = exporter.publisher_for(self.settings, self.framework, self._guard)
         # At exit, a run nobody finished writes its summary. atexit holds the doctor itself, so a doctor
         # built in a function that returned is still there to write it; finish() lets go.
         self._atexit = partial(_finish_at_exit, self)
         atexit.register(self._atexit)
-        self._publisher = exporter.publisher_for(self.settings, self.framework, self._guard)
         termination.register(self)  # finished on SIGTERM; kept reachable until finish()
 
     # --- what users call -------------------------------------------------------------------------
