@@ -94,6 +94,7 @@ def test_a_leaking_torch_loop_serves_its_series_finding_and_remedy_on_loopback_o
         scrape(address)
 
 
+@pytest.mark.filterwarnings("ignore::leakdoctor.LeakDoctorWarning")  # on_limit="warn" says the same
 def test_a_growing_memory_leak_is_projected_to_the_memory_limit():
     doctor = LeakDoctor(prometheus_port=0, overhead=1.0, memory_limit="2GiB", verbose=False)
     kept = []
