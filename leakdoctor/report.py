@@ -73,14 +73,17 @@ def skipped_notes(monitor: Monitor) -> list[str]:
 
 def stopped(finding: Finding, monitor: Monitor, settings: Settings) -> bool:
     """Did the growth stop by itself after detection? Judged on the last 2 * verify_windows windows (a
-    cache that went on filling for a while after detection and then stayed bounded has stopped)."""
+    cache that went on filling for a while after detection and then stayed bounded has stopped), where
+    what still grows must be material to count."""
     needed = 2 * settings.verify_windows
     if monitor.windows_since(finding.metric, finding.detected_step) < needed:
         return False
     series = monitor.series[finding.metric]
     recent = max(finding.detected_step, series.end_step - needed * settings.window)
     after = monitor.trend_since(finding.metric, recent)
-    return not after.growing and after.slope <= 0.25 * finding.rate_per_step
+    still = after.growing and is_material(series.spec.unit, after.slope, series.end or 0.0, settings.horizon,
+                                          series.spec.limit)  # a few pages of creep, however steady, is no leak
+    return not still and after.slope <= 0.25 * finding.rate_per_step
 
 
 def stopped_note(finding: Finding, findings: list[Finding]) -> str:

@@ -40,6 +40,7 @@ def numpy_loop(plant: str, steps: int = 500) -> dict:
             self.kept: list[np.ndarray] = []
 
     trainer = Trainer()
+    cache: dict[int, np.ndarray] = {}
     with LeakDoctor(verbose=False) as doctor:
         doctor.watch_object(trainer, "trainer")
         for step in range(steps):
@@ -47,6 +48,8 @@ def numpy_loop(plant: str, steps: int = 500) -> dict:
             trainer.losses.append(float(loss))  # a loss history: 24 B a step
             if plant == "lru":
                 features(step).sum()
+            elif plant == "dict" and len(cache) < 100:
+                cache[step] = np.ones(262_144)  # 2 MiB each: fills to 200 MiB over 100 steps, then stays
             elif plant == "arrays":
                 trainer.kept.append(np.ones(131_072))  # LEAK: 1 MiB a step
             doctor.step()
@@ -58,6 +61,11 @@ def test_a_bounded_lru_cache_that_fills_slowly_ends_clean_every_run(run: int) ->
     summary = isolated(numpy_loop, "lru")
     assert summary["verdict"] == "clean", summary["findings"]
     assert not summary["findings"]
+
+
+def test_a_cache_of_2_mib_entries_that_fills_then_stays_bounded_ends_clean() -> None:
+    summary = isolated(numpy_loop, "dict")
+    assert summary["verdict"] == "clean", summary["findings"]
 
 
 def test_a_loss_history_of_floats_is_not_a_leak() -> None:
