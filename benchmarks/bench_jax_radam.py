@@ -34,7 +34,7 @@ from leakdoctor.callbacks.flax import LeakDoctor  # noqa: E402
 from leakdoctor.detect import theil_sen  # noqa: E402
 from leakdoctor.examples.old_radam import old_radam  # noqa: E402
 from leakdoctor.integrations.jax import compile_listener  # noqa: E402
-from leakdoctor.integrations.process import rss_reader  # noqa: E402
+from leakdoctor.integrations.process import RssReader  # noqa: E402
 from leakdoctor.remedies.cond_to_where import cond_to_where  # noqa: E402
 
 STEPS = 60
@@ -50,7 +50,7 @@ CONFIGURATIONS = {
 def measure(tx: optax.GradientTransformation) -> dict:
     """RSS slope, compiles per step and CPU time per step of the un-jitted optimizer loop."""
     state, (x, y) = flax_state(tx), regression()
-    rss, listener = rss_reader(), compile_listener()
+    rss, listener = RssReader(), compile_listener()
     readings, times = [], []
     for step in range(STEPS):
         start, compiles = time.process_time(), listener.count

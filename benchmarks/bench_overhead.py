@@ -114,11 +114,11 @@ def fraction(kind: str, step_ms: float) -> dict[str, Any]:
 
 def latency(step_ms: float) -> dict[str, Any]:
     """Steps from the start of a 0.5%-of-RSS-per-step leak to the doctor's finding."""
-    from leakdoctor.integrations.process import rss_reader
+    from leakdoctor.integrations.process import RssReader
 
     doctor = doctor_for("python")
     kept: list[bytearray] = []
-    size = int(LEAK_SHARE * rss_reader()())
+    size = int(LEAK_SHARE * RssReader()())
 
     def leak(i: int) -> None:
         if i >= LEAK_START:

@@ -118,7 +118,7 @@ class Harness:
     looks of objgraph or tracemalloc."""
 
     def __init__(self, mode: str, length: int, warmup: int = 20, check: int = 10) -> None:
-        from leakdoctor.integrations.process import rss_reader
+        from leakdoctor.integrations.process import RssReader
 
         if mode not in MODES:
             raise ValueError(f"mode={mode!r}: expected one of {MODES}")
@@ -130,7 +130,7 @@ class Harness:
         self.ends = np.full(length + 64, np.nan)
         self.looks: list[tuple[int, tuple]] = []
         self.doctors: list[Any] = []
-        self._read_rss = rss_reader()
+        self._read_rss = RssReader()
         self._peaks: dict[str, int] = {}
         self._snapshot: Any = None
         self.started = time.perf_counter()

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import paired_ratio  # noqa: E402
 
 from leakdoctor.callbacks.torch import LeakDoctor  # noqa: E402
-from leakdoctor.integrations.process import rss_reader  # noqa: E402
+from leakdoctor.integrations.process import RssReader  # noqa: E402
 
 BLOCK = 50
 PAIRS = 5
@@ -120,7 +120,7 @@ class Looks:
 
 def rss_recorder() -> AfterStep:
     """A per-step RSS read into a list, as the harness records the series the threshold and stormlog read."""
-    read = rss_reader()
+    read = RssReader()
     recorded: list[float] = []
 
     def record(i: int) -> None:
