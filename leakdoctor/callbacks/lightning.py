@@ -120,7 +120,7 @@ class _Hooks:
         continues the previous fit's doctor (its steps, its findings)."""
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
         previous, resumed, self._resumed = self.doctor, self._resumed, None
-        earlier = self._guard.call("start", previous.finish) if previous is not None and not resumed else None
+        earlier = self._guard.call("continue", previous.finish) if previous is not None and not resumed else None
         options = {**self._options, "rank": trainer.global_rank}
         if options.get("on_limit") == "stop":  # (under DDP the torch doctor makes it "warn")
             options["checkpoint"] = _saver(trainer, options.get("checkpoint"), self._guard)
