@@ -33,6 +33,9 @@ STEP_CPU = "step_cpu_seconds"
 STATE_SCHEMA = "leakdoctor.state/1"
 #: Samples whose mean cost the pacer gets at once (pacing each sample would cost a good part of one).
 PACE_EVERY = 4
+#: Windows sampled at least twice each after a metric's window minima rose RISING times in a row, so that
+#: a leak is confirmed (SCALES[0] windows) at the latency of the statistics, not of the budget.
+HURRY_WINDOWS = 8
 
 
 class LeakDoctor:
@@ -106,6 +109,7 @@ class LeakDoctor:
         self._sampler = Pacer(budget=self.settings.overhead)
         self._countdown = 1
         self._costs, self._costed = 0.0, 0  # samples' cost not yet handed to the pacer
+        self._hurry_until = 0  # sampling at least twice a window until this step (a metric is rising)
         self._idle = True
         self._sampled_step = 0
         self._busy_since_sample = 0.0
@@ -182,13 +186,13 @@ class LeakDoctor:
                 self._sample(start)
         except Exception as err:  # noqa: BLE001 - a bug in leakdoctor must not end the user's run
             self._guard.disable("leakdoctor", f"{type(err).__name__}: {err}")
+        if sampled:  # on every sample, so that the watch knows how far apart samples are
+            self._guard.call("limit watch", self._limit_watch.check, self._step, clinic.findings, self._monitor,
+                             self._summary_now)
         end = time.perf_counter()
         self._probe_seconds += (end - start) - (clinic.forensic_seconds + clinic.remedy_seconds - elsewhere)
         self._busy_since_sample += end - start
         self._idle = clinic.idle
-        if sampled:  # on every sample, so that the watch knows how far apart samples are
-            self._guard.call("limit watch", self._limit_watch.check, self._step, clinic.findings, self._monitor,
-                             self._summary_now)
 
     def finish(self, exception: BaseException | None = None) -> Summary:
         """End the run: conclude what is pending, build the summary, write, plot and print it. Safe to
@@ -292,7 +296,11 @@ class LeakDoctor:
         if not investigating:
             readings[STEP_TIME], readings[STEP_CPU] = self._account_user_time(start)
         completed = self._monitor.record(self._step, readings, self._probes.spec)
-        if completed or not clinic.idle:
+        if completed:
+            if self._monitor.rising(completed):
+                self._hurry_until = self._step + HURRY_WINDOWS * self.settings.window
+            clinic.after_sample(self._step, completed, self._context, self._step_ema, self._user_seconds)
+        elif not clinic.idle:
             clinic.after_sample(self._step, completed, self._context, self._step_ema, self._user_seconds)
         # The pacer gets the sample's CPU time in this thread (a busy machine's other processes do not
         # inflate it), leaving out investigations, which sample every step and have a budget of their own.
@@ -303,6 +311,8 @@ class LeakDoctor:
                 self._sampler.update(self._costs / PACE_EVERY, self._step_ema)
                 self._costs, self._costed = 0.0, 0
         self._countdown = self._sampler.every
+        if self._step < self._hurry_until:  # a metric is rising: a window needs a sample, whatever the budget
+            self._countdown = min(self._countdown, max(1, self.settings.window // 2))
         if self._publisher is not None:
             self._guard.call("prometheus", self._publish)
 

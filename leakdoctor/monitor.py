@@ -19,6 +19,11 @@ from leakdoctor.series import Series
 from leakdoctor.settings import Settings
 
 
+#: Window minima that must each rise for `rising` (by chance, about one window close in 24 of a noisy
+#: flat series).
+RISING = 3
+
+
 class Monitor:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -63,6 +68,18 @@ class Monitor:
                                              self.settings.horizon, series.spec.limit):
                 return dataclasses.replace(trend, onset_step=onset(steps, minima))
         return None
+
+    def rising(self, completed: Mapping[str, list[int]]) -> bool:
+        """Cheap early sign: a primary metric free to investigate whose last RISING window minima each
+        rose above the one before (a growth that may become a suspicion once enough windows close)."""
+        for metric, levels in completed.items():
+            series = self.series[metric]
+            if 0 not in levels or series.spec.role != "primary" or metric in self._busy or metric in self._quiet:
+                continue
+            entries = series.levels[0]
+            if len(entries) > RISING and all(entries[-i][1] > entries[-i - 1][1] for i in range(1, RISING + 1)):
+                return True
+        return False
 
     def trend_since(self, metric: str, since: int) -> Trend:
         """Trend of the level-0 minima after `since`; its slope is fitted over all of them."""

@@ -1,8 +1,9 @@
 """How many steps apart to do something that costs time (a sample, a periodic remedy), so that it takes
-at most `budget` of step time. The cost is measured, not assumed: the mean of the last RECENT runs less
-the slowest one, so the occasional dear run (a window that closes and runs the statistics) is paid for
-in full, while one outlier (a context switch on a busy machine) cannot dominate. The first run (one-time
-costs) is left out, and the interval grows at most twofold at a time."""
+at most `budget` of step time. The cost is measured, not assumed: the median of the last RECENT runs'
+costs. A caller that hands in the mean cost of a few runs at a time (the doctor does) gets the
+occasional dear run (a window that closes and runs the statistics) paid for, while rare outliers (a
+first call, a context switch on a busy machine) cannot dominate. The first run (one-time costs) is
+left out, and the interval grows at most twofold at a time."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ class Pacer:
         self.every = minimum
         self.cost = 0.0
         self._recent: deque[float] = deque(maxlen=RECENT)
-        self._total = 0.0
         self._runs = 0
 
     def update(self, cost: float, step_seconds: float) -> int:
@@ -29,13 +29,10 @@ class Pacer:
         self._runs += 1
         if self._runs == 1:
             return self.every
-        recent = self._recent
-        if len(recent) == RECENT:
-            self._total -= recent[0]
-        recent.append(cost)
-        self._total = self._total + cost if self._runs % 1024 else sum(recent)  # no drift over long runs
-        n = len(recent)
-        self.cost = (self._total - max(recent)) / (n - 1) if n > 2 else self._total / n
+        self._recent.append(cost)
+        ordered = sorted(self._recent)
+        n = len(ordered)
+        self.cost = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
         if self.cost > 0 and step_seconds > 0:
             wanted = math.ceil(self.cost / (self.budget * step_seconds))
             self.every = max(self.minimum, min(wanted, 2 * self.every, self.maximum))

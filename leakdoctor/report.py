@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from leakdoctor.detect import SCALES, classify, is_material, steps_to_limit, theil_sen
-from leakdoctor.monitor import Monitor
+from leakdoctor.monitor import RISING, Monitor
 from leakdoctor.settings import Settings
 from leakdoctor.summary import Finding, SeriesSummary, format_value
 
@@ -164,7 +164,9 @@ def settings_record(settings: Settings, sample_stride: int) -> dict[str, Any]:
 
 
 def latency_steps(settings: Settings, stride: int) -> int:
-    """Steps a fast leak needs to be found when every `stride`-th step is sampled: the shortest scale's
-    windows of minima (a window spans at least one sample), one more for the last to close, and an
-    investigation."""
-    return max(settings.window, stride) * (SCALES[0] + 1) + settings.investigate_steps
+    """Steps a fast leak needs to be found when every `stride`-th step is sampled: RISING window minima
+    at the stride (a window spans at least one sample), then the rest of the shortest scale's windows
+    sampled twice a window (the doctor hurries once a metric rises), one more for the last to close,
+    and an investigation."""
+    window = settings.window
+    return max(window, stride) * RISING + window * (SCALES[0] - RISING + 1) + settings.investigate_steps
