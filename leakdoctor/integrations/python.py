@@ -222,12 +222,30 @@ def item_bytes(item: Any) -> int:
     return sys.getsizeof(item)
 
 
+#: Modules whose 0-d arrays are values in memory (an MLX array may be a lazy graph: not a scalar).
+SCALAR_ARRAYS = ("numpy", "torch", "jax", "jaxlib")
+
+
+def is_scalar(item: Any) -> bool:
+    """A number: a Python number, or a 0-d array of numpy, torch (holding no autograd graph) or JAX."""
+    if isinstance(item, (int, float, complex)):
+        return True
+    module = type(item).__module__.split(".")[0]
+    return (module in SCALAR_ARRAYS and getattr(item, "ndim", None) == 0
+            and getattr(item, "grad_fn", None) is None)
+
+
+def new_items(container: Any, count: int) -> list[Any]:
+    """The last `count` items of a container, at most 32 of them."""
+    if count <= 0 or not isinstance(container, CONTAINERS) or not len(container):
+        return []
+    return list(container.values() if isinstance(container, dict) else container)[-min(count, 32):]
+
+
 def new_items_bytes(container: Any, count: int) -> float:
     """Estimated bytes of the last `count` items of a container (sampling at most 32 of them)."""
-    if count <= 0 or not isinstance(container, CONTAINERS) or not len(container):
-        return 0.0
-    items = list(container.values() if isinstance(container, dict) else container)[-min(count, 32):]
-    return count * sum(map(item_bytes, items)) / len(items)
+    items = new_items(container, count)
+    return count * sum(map(item_bytes, items)) / len(items) if items else 0.0
 
 
 def _where_allocated(ev: Evidence) -> str:
@@ -242,6 +260,10 @@ def _types(ev: Evidence) -> str:
 
 
 def container_rule(watchlist: Watchlist) -> Rule:
+    """A gauge or a watched container that keeps growing, unless it is a history of numbers (a loss per
+    step, kept for a plot or an epoch mean: bytes per step that matter to no run) and the step's CPU time
+    does not rise with it (a history walked every step is the Burn case, a leak of time)."""
+
     def container_growth(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         found = []
         for metric in ev.unexplained(accepted):
@@ -249,7 +271,11 @@ def container_rule(watchlist: Watchlist) -> Rule:
             if spec.source not in ("gauge", "container"):
                 continue
             container = watchlist.container(metric)
+            items = new_items(container, int(ev.growth(metric)))
             held = new_items_bytes(container, int(ev.growth(metric)))
+            if items and all(map(is_scalar, items)) and not step_time_note(ev):
+                ev.note(metric, f"{ev.describe(metric)}, numbers ({type(items[-1]).__name__}): a history, not a leak")
+                continue
             explains = [metric]
             if "rss_bytes" in ev.confirmed and held >= 0.3 * ev.growth("rss_bytes"):
                 explains.append("rss_bytes")

@@ -71,6 +71,11 @@ class Retained:
         return any(graph for *_, graph in self.groups) or self.graph_growth >= self.steps
 
     @property
+    def graph_bytes(self) -> int:
+        """Bytes of the tensors gained in the window that hold a graph (activations saved by the graphs)."""
+        return sum(b for *_, b, graph in self.groups if graph)
+
+    @property
     def devices(self) -> set[str]:
         return {desc.split()[-1].split(":")[0] for desc, *_, graph in self.groups if graph}
 
@@ -277,9 +282,11 @@ def _holds(value: Any, ids: set[int], depth: int) -> int:
 
 def retained_rule() -> Rule:
     """Tensors that hold their autograd graph kept across steps: name the holder and the line that makes
-    them. When the holder is a watched container that itself keeps growing, the finding is on its length:
-    a list that grows keeps growing memory even with detached items, so the fix is the user's (store
-    .item(), clear it). Otherwise it is on memory, where detach_retained frees the graphs and is judged."""
+    them. The finding is on memory (device memory first) where it grows with the graphs: that is what
+    leaks, what detach_retained frees and what it is judged on. A watched container that holds them (a
+    list on the module) grows too: the finding explains its length, and is on that length when the
+    graphs' tensors do not account for the memory growth (a loss kept after backward() keeps only the
+    graph's nodes: the list is the problem, and only the user can bound it)."""
 
     def retained_graph(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         census = ev.reports.get("tensor_census")
@@ -290,8 +297,10 @@ def retained_rule() -> Rule:
         containers = [m for m, spec in ev.specs.items() if holder and spec.source == "container"
                       and (spec.where or "").split(" (")[0] == holder.name and _grows(ev, m)]
         candidates = [f"{d}_allocated_bytes" for d in ("cuda", "mps") if d in census.devices] + ["rss_bytes"]
-        memory = next((m for m in candidates if m in unexplained and ev.survives(m)), None)
-        metric = next(iter(containers), memory)
+        memory = next((m for m in candidates if m in unexplained
+                       and (ev.survives(m) or _graphs_account(ev, m, census))), None)
+        on_memory = memory is not None and (not containers or _graphs_account(ev, memory, census))
+        metric = memory if on_memory else next(iter(containers), None)
         if metric is None:
             return []
         twin = [memory.replace("allocated", "reserved")] if memory and memory.endswith("_allocated_bytes") else []
@@ -305,14 +314,32 @@ def retained_rule() -> Rule:
         else:
             advice = (f"add loss.detach() or loss.item() to {name}, not the tensor with its autograd graph (or "
                       f"compute it under torch.no_grad())")
-        also = f"; {ev.describe(memory)}" if memory and memory != metric else ""
+        growth = "; ".join(_describe(ev, m) for m in dict.fromkeys([metric, *containers]))
         return [ev.finding(
             "retained_graph", metric, location=location,
             explains=tuple(dict.fromkeys([metric, *containers, *([memory] if memory else []), *twin])),
-            subject=census.holders, evidence=f"{ev.describe(metric)}{also}; {census.describe()}",
+            subject=census.holders, evidence=f"{growth}; {census.describe()}",
             recommendation=advice)]
 
     return Rule(30, retained_graph)
+
+
+def _graphs_account(ev: Evidence, metric: str, census: Retained) -> bool:
+    """Do the kept graphs account for the growth of `metric`: it grew (a suspect that survived the ladder,
+    or that a rung partly took back, since the C heap fragments around kept tensors and malloc_trim
+    returns that; or a metric that is no suspect but trends up), and the tensors the graphs gained in
+    the window make at least a quarter of that growth?"""
+    trend = ev.suspects.get(metric) or ev.trends.get(metric)
+    grew = ev.growing(metric) if metric in ev.suspects else bool(trend and trend.growing)
+    return grew and trend is not None and census.graph_bytes >= 0.25 * trend.slope * ev.steps
+
+
+def _describe(ev: Evidence, metric: str) -> str:
+    """How the metric grew: over the window, or (no suspect of this investigation) by its trend."""
+    if ev.growing(metric):
+        return ev.describe(metric)
+    unit = ev.specs[metric].unit if metric in ev.specs else "count"
+    return f"{metric} growing by {format_value(ev.rate(metric), unit)}/step"
 
 
 def _grows(ev: Evidence, metric: str) -> bool:
