@@ -175,7 +175,7 @@ def find_holders(tensors: Sequence[Any], roots: Sequence[Any], frame: Any) -> li
     variables and globals of the user's frames on the stack. Most tensors first; each container once."""
     ids = {id(t) for t in tensors}
     holders: dict[int, Holder] = {}
-    for path, scope, value, origin, get, rebind in _places(roots, frame):
+    for path, scope, value, origin, get, rebind in places(roots, frame):
         count = _holds(value, ids, depth=2)
         if count and id(value) not in holders:
             region, line = _region(origin)
@@ -187,7 +187,10 @@ def find_holders(tensors: Sequence[Any], roots: Sequence[Any], frame: Any) -> li
 Place = tuple[str, str, Any, Any, Callable[[], Any], "Callable[[Any], None] | None"]
 
 
-def _places(roots: Sequence[Any], frame: Any) -> Iterator[Place]:
+def places(roots: Sequence[Any], frame: Any) -> Iterator[Place]:
+    """Every place the user's program keeps things: attributes of the root modules, then the variables of
+    the user's frames from `frame` outwards (and attributes of the user's objects among them), and their
+    modules' globals."""
     for root in roots:
         for module in root.modules():
             for path, value, get, rebind in _attributes(module, type(module).__qualname__, depth=2):
