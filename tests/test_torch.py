@@ -7,7 +7,6 @@ CUDA allocator rule on hand-built evidence (no GPU here), and the merge of ranks
 from __future__ import annotations
 
 import json
-import time
 import weakref
 from collections import deque
 
@@ -25,7 +24,7 @@ from leakdoctor.integrations import MetricSpec
 from leakdoctor.integrations.python import code_location
 from leakdoctor.integrations.torch import device_rule
 from leakdoctor.ranks import merge
-from leakdoctor.integrations.torch_graphs import Holder
+from leakdoctor.integrations.holders import Holder
 from leakdoctor.remedies.base import RemedyContext
 from leakdoctor.remedies.detach_retained import DetachRetained, Packer, detached
 from leakdoctor.remedies.remove_hooks import drop_repeats

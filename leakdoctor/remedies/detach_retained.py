@@ -18,7 +18,7 @@ from collections import deque
 from itertools import islice
 from typing import Any, Callable
 
-from leakdoctor.integrations.torch_graphs import Holder
+from leakdoctor.integrations.holders import Holder
 from leakdoctor.remedies.base import Remedy, RemedyContext
 
 
