@@ -117,10 +117,9 @@ class WorkerProbe(Throttled):
     few seconds, the first time after as many (the torch integration reads what workers copy of a dataset
     far more cheaply, and so at once)."""
 
+    name = "workers"
     #: Seconds a read is expected to take before one was measured.
     first_cost = 0.02
-
-    name = "workers"
     _specs = {
         "workers_uss_bytes": MetricSpec("workers_uss_bytes", "bytes", source="process"),
         "workers_pss_bytes": MetricSpec("workers_pss_bytes", "bytes", role="supporting", source="process"),
