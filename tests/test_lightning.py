@@ -155,8 +155,8 @@ def test_losses_kept_in_module_outputs_are_named_and_kept_across_resume(tmp_path
     result = isolated(outputs_kept, 200, str(tmp_path))
     found = finding(result["first"], "retained_graph")
     assert found["metric"] == "len(LeakyRegressor.outputs)"
-    loss_line = result["training_step"] + 2
-    assert found["location"] == f"LeakyRegressor.outputs (tests/test_lightning.py:{loss_line})"
+    append_line = result["training_step"] + 3  # where the list is appended to
+    assert found["location"] == f"LeakyRegressor.outputs (tests/test_lightning.py:{append_line})"
     assert "grad_fn" in found["evidence"] and "held by LeakyRegressor.outputs" in found["evidence"]
     assert "loss.detach() or loss.item()" in found["recommendation"]
     assert found["first_step"] < found["detected_step"] < 200

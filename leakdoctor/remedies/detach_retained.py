@@ -21,14 +21,13 @@ from typing import Any, Callable
 from leakdoctor.integrations.holders import Holder
 from leakdoctor.remedies.base import Remedy, RemedyContext
 
-
-def has_graph(value: Any) -> bool:
-    return getattr(value, "grad_fn", None) is not None and callable(getattr(value, "detach", None))
-
-
 #: Largest tensor (bytes) packed into a shared buffer, and the size of one buffer.
 PACK_BYTES = 4096
 CHUNK_BYTES = 65536
+
+
+def has_graph(value: Any) -> bool:
+    return getattr(value, "grad_fn", None) is not None and callable(getattr(value, "detach", None))
 
 
 def plain_detach(tensor: Any) -> Any:
