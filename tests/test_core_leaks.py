@@ -5,6 +5,7 @@ remedy is applied and verified, and the doctor does not change the losses."""
 from __future__ import annotations
 
 import gc
+import inspect
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from helpers import isolated
 
 from leakdoctor import LeakDoctor
 from leakdoctor.examples.numpy_cycles import MLP, StepRecord
+from leakdoctor.integrations.source import short_path
 
 HERE = Path(__file__)
 
@@ -139,6 +141,10 @@ def test_garbage_cycles_are_collected_by_the_safe_remedy_and_verified():
     result = isolated(train_without_gc, 400, remedies="safe")
     (finding,) = leaks(result)
     assert finding["cause"] == "python_objects" and finding["reclaimed_by"] == "gc_collect"
+    # placed at the line that closes the cycle: the closure that refers back to the record
+    closure = next(c for c in StepRecord.__init__.__code__.co_consts if inspect.iscode(c))
+    assert finding["location"] == f"{short_path(closure.co_filename)}:{closure.co_firstlineno}"
+    assert "garbage in cycles:" in finding["evidence"], finding["evidence"]
     remedy = finding["remedy"]
     assert remedy["name"] == "gc_collect" and remedy["effective"] is True
     assert remedy["rate_after"] < 0.1 * finding["rate_per_step"]

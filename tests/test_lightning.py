@@ -155,8 +155,8 @@ def test_losses_kept_in_module_outputs_are_named_and_kept_across_resume(tmp_path
     result = isolated(outputs_kept, 200, str(tmp_path))
     found = finding(result["first"], "retained_graph")
     assert found["metric"] == "len(LeakyRegressor.outputs)"
-    loss_line = result["training_step"] + 2
-    assert found["location"] == f"LeakyRegressor.outputs (tests/test_lightning.py:{loss_line})"
+    append_line = result["training_step"] + 3  # where the list is appended to
+    assert found["location"] == f"LeakyRegressor.outputs (tests/test_lightning.py:{append_line})"
     assert "grad_fn" in found["evidence"] and "held by LeakyRegressor.outputs" in found["evidence"]
     assert "loss.detach() or loss.item()" in found["recommendation"]
     assert found["first_step"] < found["detected_step"] < 200
@@ -166,6 +166,52 @@ def test_losses_kept_in_module_outputs_are_named_and_kept_across_resume(tmp_path
     again = [f for f in resumed["findings"] if f["cause"] == "retained_graph"]
     assert len(again) == 1 and again[0]["location"] == found["location"]  # one finding, seen in both runs
     assert again[0]["first_step"] == found["first_step"] and again[0]["detected_step"] > 200
+
+
+# --- a metric kept with its graph in training_step_outputs, detached by the remedy ---------------------
+
+class ProbeKeeper(Regressor):
+    """Keeps a per-step error on a fixed probe batch, computed with grad and never backpropagated, in
+    `self.training_step_outputs` for the epoch end: each kept tensor holds the probe's activations."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.training_step_outputs = []
+        generator = torch.Generator().manual_seed(1)
+        self.probe_x, self.probe_y = torch.randn(512, 64, generator=generator), torch.randn(512, 1, generator=generator)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        self.training_step_outputs.append(F.mse_loss(self.net(self.probe_x), self.probe_y))  # the leak
+        return F.mse_loss(self.net(x), y)
+
+
+def probe_errors_kept(steps: int) -> dict:
+    quiet()
+    from leakdoctor.callbacks.lightning import LeakDoctorCallback
+
+    L.seed_everything(0, verbose=False)
+    doctor = LeakDoctorCallback(remedies="all", verbose=False, overhead=1.0)  # every step: what, not pacing
+    model = ProbeKeeper()
+    trainer = L.Trainer(max_steps=steps, callbacks=[doctor], logger=False, **trainer_options())
+    trainer.fit(model, loader(steps))
+    kept = model.training_step_outputs
+    return {"summary": doctor.summary.to_dict(), "kept": len(kept), "with_graph": sum(t.grad_fn is not None for t in kept),
+            "line": ProbeKeeper.training_step.__code__.co_firstlineno + 2}
+
+
+def test_outputs_kept_with_graphs_are_detached_in_place_and_memory_stops_growing():
+    result = isolated(probe_errors_kept, 240)
+    summary = result["summary"]
+    found = finding(summary, "retained_graph")
+    assert found["metric"] == "rss_bytes"  # what leaks, and what the remedy is judged on
+    assert found["location"] == f"ProbeKeeper.training_step_outputs (tests/test_lightning.py:{result['line']})"
+    remedy = found["remedy"]
+    assert remedy["name"] == "detach_retained" and remedy["effective"] is True, remedy
+    assert remedy["rate_after"] <= 0.1 * found["rate_per_step"], remedy
+    assert result["kept"] == 240 and result["with_graph"] == 0  # the module's list is intact, its graphs freed
+    # the list still grows, by a detached number per step: a history, noted, not a leak
+    assert summary["verdict"] == "remedied", (summary["findings"], summary["notes"])
 
 
 # --- construction ---------------------------------------------------------------------------------

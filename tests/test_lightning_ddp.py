@@ -66,8 +66,8 @@ def test_two_ddp_ranks_make_one_summary(tmp_path):
     assert ranks[0]["verdict"] == "clean" and ranks[0]["findings"] == []
     assert ranks[1]["verdict"] == "leak" and "rss_bytes" in ranks[1]["series"]
     found = [f for f in summary["findings"] if f["cause"] == "retained_graph"]
-    loss_line = RankLeaky.training_step.__code__.co_firstlineno + 2
-    assert len(found) == 1 and found[0]["location"] == f"RankLeaky.outputs (tests/test_lightning_ddp.py:{loss_line})"
+    append_line = RankLeaky.training_step.__code__.co_firstlineno + 4  # where the list is appended to
+    assert len(found) == 1 and found[0]["location"] == f"RankLeaky.outputs (tests/test_lightning_ddp.py:{append_line})"
     assert found[0] == ranks[1]["findings"][0]  # rank 1's finding, gathered by rank 0
     assert summary["verdict"] == "leak"
     assert "rank 1: retained_graph on len(RankLeaky.outputs) (not seen on rank 0)" in summary["notes"]

@@ -1,10 +1,10 @@
 """DataLoader workers that copy the dataset (pytorch#13246): the samples live in a Python list of
 objects, and every read from a forked worker writes the object's reference count, so the page holding
-it is copied into the worker. The workers' unique memory grows as they touch more of the list; the main
-process's resident memory does not move, so tools that watch only this process cannot see it.
-leakdoctor reads the workers' memory by time, not by step: a read walks their page tables (tens of ms),
-so within its default 0.5% budget it reads every few seconds, and this run of a few seconds is too short
-for it to confirm the growth. A miss the corpus reports rather than a setting it tunes."""
+it is copied into the worker. The workers' unique memory grows as they touch more of the list, until each
+holds a copy of it (an epoch); the main process's resident memory does not move, so tools that watch only
+this process cannot see it. The run is a third of an epoch of few-millisecond steps: a read of the
+workers' USS (tens of ms) fits the doctor's 0.5% budget every few seconds only, so leakdoctor reads which
+of the list's pages the workers copied from their pagemaps instead (a fraction of a millisecond)."""
 
 from __future__ import annotations
 

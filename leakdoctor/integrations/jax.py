@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import logging
 import re
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 from leakdoctor.diagnosis import Evidence
 from leakdoctor.integrations import Cleanup, FunctionProbe, Integration, MetricSpec, Rule
-from leakdoctor.integrations.source import short_path
+from leakdoctor.integrations.holders import Holder, find_holders
+from leakdoctor.integrations.source import caller_frame, short_path
 from leakdoctor.summary import Finding, format_value
 
 #: The event jax (0.4.30 and later, 0.10 included) records around every XLA backend compile.
@@ -254,45 +256,68 @@ class CompileLog:
 
 @dataclass
 class ArrayGrowth:
-    """Live arrays gained during the window, by (platform, dtype[shape]): (count, bytes), most bytes first."""
+    """Live arrays gained during the window, by (platform, dtype[shape]): (count, bytes), most bytes first;
+    and who holds a sample of the new ones (integrations/holders.py), those holding most first."""
 
     rows: list[tuple[str, int, float]]
+    holders: list[Holder] = field(default_factory=list)
 
     def top(self, n: int = 3) -> str:
         return ", ".join(f"+{count} {kind} ({format_value(size, 'bytes')})" for kind, count, size in self.rows[:n])
 
 
-def _array_census() -> tuple[Counter[str], Counter[str]]:
-    """Live arrays by 'dtype[shape] on platform': how many, and how many bytes."""
+def _kind(array: Any, platform: str) -> str:
+    return f"{array.dtype}[{','.join(map(str, array.shape))}] on {platform}"
+
+
+def _live() -> list[tuple[str, Any]]:
+    """(kind, array) of every live array on every platform."""
     jax = require()
-    counts: Counter[str] = Counter()
-    sizes: Counter[str] = Counter()
-    for p in _platforms():
-        for a in jax.live_arrays(p):
-            kind = f"{a.dtype}[{','.join(map(str, a.shape))}] on {p}"
-            counts[kind] += 1
-            sizes[kind] += a.nbytes
-    return counts, sizes
+    return [(_kind(a, p), a) for p in _platforms() for a in jax.live_arrays(p)]
 
 
 class LiveArrayDiff:
-    """Live arrays by platform, dtype and shape at the start and end of the window: what accumulates."""
+    """Live arrays by platform, dtype and shape at the start and end of the window: what accumulates, and
+    who holds it: the places of the user's program (its loop's variables, globals, attributes of its
+    objects) holding a sample of the arrays of the kinds that gained, created during the window."""
 
     name = "jax_live_arrays"
+    #: New arrays whose holders are looked for.
+    sample = 64
 
     def __init__(self) -> None:
         self._before: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
+        self._old: dict[int, weakref.ref] = {}
 
     def begin(self) -> None:
-        self._before = _array_census()
+        live = _live()
+        self._before = _census(live)
+        self._old = {id(a): weakref.ref(a) for _, a in live}
 
     def end(self, steps: int) -> ArrayGrowth:
-        counts, sizes = _array_census()
+        live = _live()
+        counts, sizes = _census(live)
         counts.subtract(self._before[0])
         sizes.subtract(self._before[1])
-        self._before = (Counter(), Counter())
-        rows = [(kind, n, float(sizes[kind])) for kind, n in counts.items() if n > 0]
-        return ArrayGrowth(sorted(rows, key=lambda r: -r[2]))
+        rows = sorted(((kind, n, float(sizes[kind])) for kind, n in counts.items() if n > 0), key=lambda r: -r[2])
+        kept = {kind for kind, n, _ in rows if n >= max(2, steps // 2)}  # half an array a step, or more
+        new = [a for kind, a in live if kind in kept and not self._is_old(a)][-self.sample:]
+        self._before, self._old = (Counter(), Counter()), {}
+        return ArrayGrowth(rows, find_holders(new, [], caller_frame()) if new else [])
+
+    def _is_old(self, array: Any) -> bool:
+        ref = self._old.get(id(array))
+        return ref is not None and ref() is array
+
+
+def _census(live: list[tuple[str, Any]]) -> tuple[Counter[str], Counter[str]]:
+    """Live arrays by 'dtype[shape] on platform': how many, and how many bytes."""
+    counts: Counter[str] = Counter()
+    sizes: Counter[str] = Counter()
+    for kind, a in live:
+        counts[kind] += 1
+        sizes[kind] += a.nbytes
+    return counts, sizes
 
 
 @dataclass(frozen=True)
@@ -452,27 +477,34 @@ def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
 
 
 def live_arrays(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
-    """Arrays that accumulate on a platform (kept across steps) and survive gc: one finding per
-    platform, on its bytes if they grew, else on its count."""
+    """Arrays that accumulate on a platform (kept across steps) and survive gc: one finding per platform,
+    on its bytes if they grew, else on its count; on CPU also on resident memory, when that is what grew
+    first and the arrays gained in the window account for it. Placed at who holds them."""
     found = []
-    growth: ArrayGrowth | None = ev.reports.get("jax_live_arrays")
+    growth: ArrayGrowth = ev.reports.get("jax_live_arrays") or ArrayGrowth([])
     open_metrics = ev.unexplained(accepted)
-    platforms = sorted({m.rsplit("_", 1)[-1] for m in open_metrics if m.startswith("jax_live_")})
-    for platform in platforms:
+    platforms = {m.rsplit("_", 1)[-1] for m in open_metrics if m.startswith("jax_live_")}
+    on_cpu = sum(size for kind, _, size in growth.rows if kind.endswith(" on cpu"))
+    rss = RSS in open_metrics and ev.survives(RSS) and on_cpu >= 0.3 * ev.growth(RSS) > 0
+    for platform in sorted(platforms | ({"cpu"} if rss else set())):
         pair = (live_bytes(platform), live_count(platform))
         metric = next((m for m in pair if m in open_metrics and ev.survives(m)), None)
+        if metric is None and platform == "cpu" and rss:
+            metric = RSS
         if metric is None:
             continue
-        explains: tuple[str, ...] = pair
-        if platform == "cpu" and RSS in open_metrics and ev.growth(pair[0]) >= 0.3 * ev.growth(RSS) > 0:
-            explains = (*pair, RSS)
-        kinds = f"; accumulating: {growth.top()}" if growth and growth.rows else ""
+        explains: tuple[str, ...] = (metric, *pair, *([RSS] if platform == "cpu" and rss else []))
+        kinds = f"; accumulating: {growth.top()}" if growth.rows else ""
+        holders = [h for h in growth.holders if h is growth.holders[0] or h.count > 1][:3]
+        held = f"; held by {', '.join(h.name for h in holders)}" if holders else ""
+        where = f"store Python floats in {holders[0].path} (float(x)) or keep it bounded" if holders else \
+            "store Python floats (float(loss)) or a bounded history"
         found.append(ev.finding(
-            "device_arrays", metric, explains=explains, location=f"jax.live_arrays({platform!r})",
-            evidence=f"{ev.describe(metric)}, survived gc.collect(){kinds}",
-            recommendation="arrays are kept from step to step (a list of losses or metrics as jax arrays, a "
-                           "dict of outputs, a growing cache): store Python floats (float(loss)) or a bounded "
-                           "history, and drop references to per-step outputs",
+            "device_arrays", metric, explains=tuple(dict.fromkeys(explains)),
+            location=holders[0].location(ev.reports.get("tracemalloc")) if holders else f"jax.live_arrays({platform!r})",
+            evidence=f"{ev.describe(metric)}, survived gc.collect(){kinds}{held}",
+            recommendation=f"arrays are kept from step to step (a list of losses or metrics as jax arrays, a "
+                           f"dict of outputs, a growing cache): {where}, and drop references to per-step outputs",
         ))
     return found
 

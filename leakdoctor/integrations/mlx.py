@@ -12,23 +12,27 @@ MLX is lazy: an operation records a graph node and computes nothing until someth
   * `mx.compile` traces a function again for every new input shape and keeps each graph
     (compile_cache).
 MLX has no counter of compile traces. A cache hit runs no Python at all and a trace runs the
-function's Python body exactly once, so during an investigation a profile hook that counts entries into
-the compiled functions' code objects counts traces exactly. It costs about a microsecond per Python
-call, only for the investigation window; the always-on signal is resident memory growing while
-MLX's active memory stays flat and the model state is evaluated.
+function's Python body exactly once, so a profile hook that watches for entries into the compiled
+functions' code objects sees every trace. Always on, it waits between two samples for the first such
+entry and then removes itself (a compiled loop runs little Python between steps, so it costs next to
+nothing, and the trace itself runs at full speed); during an investigation it counts every trace with
+the shapes of its arguments, which name what changes (TraceSentinel).
 """
 
 from __future__ import annotations
 
 import ast
+import reprlib
 import sys
+import time
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from leakdoctor.diagnosis import Evidence
 from leakdoctor.integrations import Cleanup, FunctionProbe, Integration, MetricSpec, Rule
 from leakdoctor.integrations.source import caller_frame, frame_locals, frame_location, short_path, source_line
+from leakdoctor.pacing import Pacer
 from leakdoctor.summary import Finding, format_value
 
 ACTIVE, CACHE, PEAK = "mlx_active_bytes", "mlx_cache_bytes", "mlx_peak_bytes"
@@ -253,47 +257,186 @@ class LazyChains:
                         return
 
 
-# --- forensic: compile traces ----------------------------------------------------------------------
+# --- compile traces: an always-on sentinel, and the investigation's full count ----------------------
+
+TRACES = "mlx_compile_traces"
+#: The fraction of time the sentinel may take, and the events after which it removes itself (a run that
+#: ended, or a loop with much Python between steps, must not be slowed for long).
+BUDGET = 0.005
+MAX_EVENTS = 4096
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One trace of a compiled function: its name, where it is defined, and its arguments: shapes of the
+    arrays, values of the rest (a Python constant that changes also retraces)."""
+
+    name: str
+    location: str
+    args: tuple[tuple[str, str], ...]
+
 
 @dataclass(frozen=True)
 class Traces:
-    """How often each compiled function was traced during the window, most first."""
+    """How often each compiled function was traced during the window, most first, and the traces."""
 
     rows: list[tuple[str, str, int]]  # (name, location, traces)
+    traces: list[Trace] = field(default_factory=list)
+
+    def changing(self, name: str) -> str:
+        """'x: (64, 16) to (71, 16), y: ...': the arguments of `name` that changed between its traces."""
+        seen: dict[str, list[str]] = {}
+        for trace in self.traces:
+            if trace.name == name:
+                for arg, value in trace.args:
+                    seen.setdefault(arg, []).append(value)
+        changed = [f"{arg} {values[0]} to {values[-1]} ({len(set(values))} different)"
+                   for arg, values in seen.items() if len(set(values)) > 1]
+        return ", ".join(changed)
+
+
+class TraceSentinel:
+    """Counts traces of the loop's mx.compile'd functions always, for what it costs. A cache hit of a
+    compiled function runs no Python at all; a trace runs its Python body once. So between two samples a
+    profile hook waits for a call into one of their code objects, counts it and removes itself at once
+    (the trace then runs at full speed), or is removed at the next sample. In a compiled loop few Python
+    calls happen between steps, so the hook costs next to nothing; where many do, it is set on fewer
+    samples (each event taken to cost EVENT_COST, within BUDGET of the time between samples), and it
+    removes itself after MAX_EVENTS. During an investigation (`full`) it stays set and counts every
+    trace with its arguments' shapes. It never replaces a profiler the program set itself."""
+
+    name = "mlx_traces"
+    every = 1
+    refresh = 64
+
+    def __init__(self, budget: float = BUDGET) -> None:
+        self._codes: dict[Any, None] = {}
+        self._event_cost = 0.0
+        self._reads = 0
+        self._events = 0
+        self.count = 0
+        self.full: Traces | None = None  # the investigation's record, while it runs
+        self._counts: dict[Any, int] = {}
+        self._pacer = Pacer(budget, maximum=64)
+        self._countdown = 0
+        self._last = time.perf_counter()
+        self._spec = MetricSpec(TRACES, "count", source="mlx")
+
+    def read(self) -> Mapping[str, float]:
+        now = time.perf_counter()
+        hooked = self._unhook()
+        if hooked and self.full is None:
+            self._countdown = self._pacer.update(self._events * self._event_cost, now - self._last)
+        self._last = now
+        if self._reads % self.refresh == 0:
+            frame = caller_frame()
+            self._codes = dict.fromkeys(compiled_codes(frame_locals(frame), frame.f_globals) if frame else ())
+            self._event_cost = self._event_cost or (self._calibrate() if self._codes else 0.0)
+        self._reads += 1
+        if not self._codes:
+            return {}
+        self._countdown -= 1
+        if self.full is not None or self._countdown <= 0:
+            self._hook()
+        return {TRACES: float(self.count)}
+
+    def read_now(self) -> Mapping[str, float]:
+        """The count as it stands, for the cleanup ladder (which reads after each rung, within one step):
+        the hook and its pacing are left alone."""
+        return {TRACES: float(self.count)} if self._codes else {}
+
+    def spec(self, metric: str) -> MetricSpec:
+        return self._spec
+
+    def begin_full(self) -> None:
+        """Count every trace, and its arguments, until `end_full`."""
+        self.full, self._counts = Traces([]), {}
+
+    def end_full(self) -> Traces | None:
+        full, counts, self.full = self.full, self._counts, None
+        if full is None or not counts:
+            return None
+        rows = [(c.co_name, f"{short_path(c.co_filename)}:{c.co_firstlineno}", n) for c, n in counts.items()]
+        return Traces(sorted(rows, key=lambda r: -r[2]), full.traces)
+
+    def _calibrate(self, calls: int = 500) -> float:
+        """Seconds one profile event costs here (the least of three timings of calls to an empty function
+        with the hook set and without), measured once, when there are compiled functions to watch."""
+        if sys.getprofile() is not None:
+            return 1e-6
+        timings = []
+        for _ in range(3):
+            start = time.perf_counter()
+            _calls(calls)
+            plain = time.perf_counter() - start
+            sys.setprofile(self._event)
+            start = time.perf_counter()
+            _calls(calls)
+            hooked = time.perf_counter() - start
+            sys.setprofile(None)
+            timings.append((hooked - plain) / (2 * calls))
+        self._events = 0
+        return max(min(timings), 1e-7)
+
+    def _hook(self) -> None:
+        if sys.getprofile() is None:
+            self._events = 0
+            sys.setprofile(self._event)
+
+    def _unhook(self) -> bool:
+        if sys.getprofile() == self._event:
+            sys.setprofile(None)
+            return True
+        return False
+
+    def _event(self, frame: Any, event: str, arg: Any) -> None:
+        self._events += 1
+        if event == "call" and frame.f_code in self._codes:
+            self.count += 1
+            if self.full is not None:
+                self._counts[frame.f_code] = self._counts.get(frame.f_code, 0) + 1
+                self.full.traces.append(_trace(frame))
+                return
+            sys.setprofile(None)
+        elif self._events > MAX_EVENTS and self.full is None:
+            sys.setprofile(None)
+
+
+def _nothing() -> None:
+    pass
+
+
+def _calls(n: int) -> None:
+    for _ in range(n):
+        _nothing()
+
+
+def _trace(frame: Any) -> Trace:
+    """The arguments a traced call received: shapes of arrays, short reprs of Python values."""
+    code = frame.f_code
+    values = frame.f_locals
+    args = []
+    for name in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]:
+        value = values.get(name)
+        shape = getattr(value, "shape", None)
+        args.append((name, str(tuple(shape)) if shape is not None else reprlib.repr(value)))
+    return Trace(code.co_name, f"{short_path(code.co_filename)}:{code.co_firstlineno}", tuple(args))
 
 
 class CompileTraces:
-    """Counts the traces of the loop's compiled functions (found among its locals, its globals and the
-    attributes of `self`) with a profile hook for the window. Skipped when a profiler is installed."""
+    """The investigation's count of traces: the sentinel counts every trace of the window, with the
+    shapes of its arguments."""
 
     name = "mlx_compile"
 
-    def __init__(self) -> None:
-        self._counts: dict[Any, int] = {}
-        self._hook: Callable[..., Any] | None = None
+    def __init__(self, sentinel: TraceSentinel) -> None:
+        self._sentinel = sentinel
 
     def begin(self) -> None:
-        frame = caller_frame()
-        codes = compiled_codes(frame_locals(frame), frame.f_globals) if frame is not None else set()
-        if not codes or sys.getprofile() is not None:
-            return
-        counts = self._counts = dict.fromkeys(codes, 0)
-
-        def hook(frame: Any, event: str, arg: Any) -> None:
-            if event == "call" and frame.f_code in counts:
-                counts[frame.f_code] += 1
-
-        self._hook = hook
-        sys.setprofile(hook)
+        self._sentinel.begin_full()
 
     def end(self, steps: int) -> Traces | None:
-        if self._hook is None:
-            return None
-        if sys.getprofile() is self._hook:
-            sys.setprofile(None)
-        counts, self._counts, self._hook = self._counts, {}, None
-        rows = [(c.co_name, f"{short_path(c.co_filename)}:{c.co_firstlineno}", n) for c, n in counts.items() if n]
-        return Traces(sorted(rows, key=lambda r: -r[2]))
+        return self._sentinel.end_full()
 
 
 @lru_cache(maxsize=1)
@@ -365,22 +508,29 @@ def lazy_graph(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
 
 
 def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
-    """Growth while a compiled function is traced again and again (see CompileTraces): at least twice in
-    the window, so retracing recurs rather than following one new shape."""
+    """A compiled function traced again and again (see TraceSentinel): at least twice in the window, so
+    retracing recurs rather than following one new shape. On memory where it survived the ladder, else on
+    the count of traces, explaining both (each compiled graph is kept); named after the function, with the
+    arguments whose shapes change."""
     traces = ev.reports.get(CompileTraces.name)
     open_metrics = ev.unexplained(accepted)
-    metric = next((m for m in (RSS, ACTIVE) if m in open_metrics), None)
+    metric = next((m for m in (RSS, ACTIVE) if m in open_metrics and ev.survives(m)), None) or \
+        (TRACES if TRACES in open_metrics else None)
     if traces is None or metric is None or not traces.rows or traces.rows[0][2] < 2:
         return []
     name, where, count = traces.rows[0]
+    changing = traces.changing(name)
+    memory = "" if metric != TRACES else "".join(f"; {ev.describe(m)}" for m in (RSS, ACTIVE) if m in ev.confirmed)
     return [ev.finding(
-        "compile_cache", metric, location=where,
-        evidence=f"{ev.describe(metric)}; the mx.compile'd function {name} was traced {count} times in "
-                 f"{ev.steps} steps: each call with an input shape, dtype or Python constant it has not seen "
-                 f"compiles a new graph, and MLX keeps every one in its compile cache",
-        recommendation=f"give {name} a few fixed shapes (pad or bucket the inputs), or compile it with "
-                       f"mx.compile(..., shapeless=True) if only dimension sizes change; never create compiled "
-                       f"functions inside the loop",
+        "compile_cache", metric, location=where, explains=tuple(dict.fromkeys((metric, TRACES, RSS))),  # graphs kept
+        evidence=f"{ev.describe(metric)}{memory}; the mx.compile'd function {name} was traced {count} times in "
+                 f"{ev.steps} steps" + (f", its arguments changing: {changing}" if changing else "")
+                 + ": each call with an input shape, dtype or Python constant it has not seen compiles a new "
+                   "graph, and MLX keeps every one in its compile cache",
+        recommendation=f"compile {name} with mx.compile(..., shapeless=True) if only dimension sizes change (it "
+                       f"then traces once for any size), or pad its inputs to a few bucket sizes so it traces "
+                       f"once per bucket; pass changing Python values as arrays; never create compiled functions "
+                       f"inside the loop",
     )]
 
 
@@ -405,11 +555,12 @@ def integration(model: Any = None, optimizer: Any = None, limit: float | None = 
     """MLX probes, forensics, the cache-clear rung and rules. `limit` (bytes) overrides
     mx.get_memory_limit() as the limit of MLX's memory series."""
     mx = core()
+    sentinel = TraceSentinel()
     targets = {k: v for k, v in (("model", model), ("optimizer", optimizer)) if v is not None}
     return Integration(
         name="mlx",
-        probes=[memory_probe(limit)],
-        forensics=[LazyChains(model, optimizer), CompileTraces()],
+        probes=[memory_probe(limit), sentinel],
+        forensics=[LazyChains(model, optimizer), CompileTraces(sentinel)],
         cleanups=[Cleanup("clear_cache", mx.clear_cache)],
         rules=[Rule(20, lazy_graph), Rule(25, compile_cache), Rule(30, buffer_cache)],
         targets=targets,

@@ -11,8 +11,10 @@ import os
 import sys
 import time
 import tracemalloc
+from collections import deque
 from typing import Callable, Mapping
 
+import numpy as np
 import psutil
 
 from leakdoctor import limits
@@ -105,16 +107,71 @@ class RssProbe:
         return self._spec
 
 
-class WorkerProbe:
+class Throttled:
+    """Base of a probe whose read is expensive (it walks other processes' page tables). On samples it
+    reads (`measure()`) at most every `cost / budget` seconds, the cost measured on those reads: the median
+    of the last few (a read slowed by a busy machine cannot throttle it for long), leaving out the first
+    (one-time costs) and those taken while tracemalloc traces allocations (ten times slower); the first
+    read waits until the run has lasted long enough to pay for one of `first_cost` seconds. `read_now`,
+    the cleanup ladder's (investigation time, not the probe's budget), reads at once (`measure_now()`,
+    which may look closer), but once per step: the ladder reads every metric after each of its rungs,
+    which move nothing in other processes."""
+
+    name = "throttled"
+    every = 1
+
+    def __init__(self, budget: float, first_cost: float = 0.0) -> None:
+        self.budget = budget
+        self._costs: deque[float] = deque(maxlen=5)
+        self._first = first_cost
+        self._reads = 0
+        self._next: float | None = None
+        self._this_step: Mapping[str, float] | None = None
+
+    @property
+    def cost(self) -> float:
+        """Seconds one read takes: the median of the last few, or the first while it is the only one."""
+        return float(np.median(self._costs)) if self._costs else self._first
+
+    def measure(self) -> Mapping[str, float]:
+        raise NotImplementedError
+
+    def measure_now(self) -> Mapping[str, float]:
+        return self.measure()
+
+    def read(self) -> Mapping[str, float]:
+        self._this_step = None  # a sample starts a new step
+        start = time.monotonic()
+        if self._next is None:
+            self._next = start + self._first / self.budget
+        if start < self._next:
+            return {}
+        readings = self.measure()
+        end = time.monotonic()
+        self._reads += 1
+        if self._reads == 1:
+            self._first = end - start
+        elif not tracemalloc.is_tracing():
+            self._costs.append(end - start)
+        self._next = end + self.cost / self.budget
+        return readings
+
+    def read_now(self) -> Mapping[str, float]:
+        if self._this_step is None:
+            self._this_step = dict(self.measure_now())
+        return self._this_step
+
+
+class WorkerProbe(Throttled):
     """Unique and proportional memory summed over this process's multiprocessing children (DataLoader
     workers and the like). Reading USS/PSS walks each worker's page tables: about 20 ms for a worker forked
-    from a process that imported torch, more for bigger ones. So on samples the probe reads at most every
-    `interval` seconds, and rarely enough that its reads take at most `budget` of the time; `read_now`
-    (the cleanup ladder's) reads at once, so that an investigation sees the workers grow within its steps."""
+    from a process that imported torch, more for bigger ones, so within the default budget it reads every
+    few seconds, the first time after as many (the torch integration reads what workers copy of a dataset
+    far more cheaply, and so at once)."""
 
     name = "workers"
-    every = 1
-    interval = 0.5
+    #: Seconds a read is expected to take before one was measured.
+    first_cost = 0.02
     _specs = {
         "workers_uss_bytes": MetricSpec("workers_uss_bytes", "bytes", source="process"),
         "workers_pss_bytes": MetricSpec("workers_pss_bytes", "bytes", role="supporting", source="process"),
@@ -122,15 +179,10 @@ class WorkerProbe:
     metrics = tuple(_specs)
 
     def __init__(self, budget: float = 0.005) -> None:
-        self.budget = budget
+        super().__init__(budget, self.first_cost)
         self.last: dict[int, tuple[float, float]] = {}
-        self._next = 0.0
 
-    def read(self) -> Mapping[str, float]:
-        return {} if time.monotonic() < self._next else self.read_now()
-
-    def read_now(self) -> Mapping[str, float]:
-        start = time.monotonic()
+    def measure(self) -> Mapping[str, float]:
         per_worker = {}
         for child in multiprocessing.active_children():
             try:
@@ -139,8 +191,6 @@ class WorkerProbe:
                 continue
             per_worker[child.pid] = (float(info.uss), float(getattr(info, "pss", info.uss)))
         self.last = per_worker
-        end = time.monotonic()
-        self._next = end + max(self.interval, (end - start) / self.budget)
         if not per_worker:
             return {}
         return {"workers_uss_bytes": sum(u for u, _ in per_worker.values()),

@@ -203,6 +203,55 @@ class AllocationDiff:
         return AllocationGrowth([s for s in ranked if s.size > 0])
 
 
+@dataclass
+class Cycles:
+    """Objects in reference cycles that were garbage at the end of the window (gc could free them, it had
+    not): how many of each type, and where the user's code created them (file:line, while tracemalloc
+    traced the window), the groups most numerous first, a function (a closure closing the cycle) first
+    among equals."""
+
+    rows: list[tuple[str, int]]
+    sites: list[tuple[str, str, int]]  # (type, file:line, count)
+
+    def top(self, n: int = 3) -> str:
+        return ", ".join(f"{count} {kind} (created at {site})" for kind, site, count in self.sites[:n])
+
+
+class CycleCensus:
+    """What a collection of cyclic garbage would free, and where it was made: at the end of the window,
+    one gc.collect() with DEBUG_SAVEALL keeps the garbage it finds (finalizers run, as in any collection),
+    its types are counted and its objects' creation sites read from tracemalloc (still tracing: this
+    forensic ends before the allocation diff), then it is dropped again, unreachable, for the cleanup
+    ladder's gc.collect() to free. Costs one full collection per investigation."""
+
+    name = "gc_cycles"
+    #: Garbage objects whose creation site is looked up.
+    sample = 10_000
+
+    def begin(self) -> None:
+        pass
+
+    def end(self, steps: int) -> Cycles:
+        flags, before = gc.get_debug(), len(gc.garbage)
+        gc.set_debug(flags | gc.DEBUG_SAVEALL)
+        try:
+            gc.collect()
+        finally:
+            gc.set_debug(flags)
+        found = gc.garbage[before:]
+        if not flags & gc.DEBUG_SAVEALL:
+            del gc.garbage[before:]  # the program's own gc.garbage is left as it was
+        kinds = Counter(type_name(type(obj)) for obj in found)
+        sites: Counter[tuple[str, str]] = Counter()
+        for obj in found[:self.sample] if tracemalloc.is_tracing() else ():
+            traceback = tracemalloc.get_object_traceback(obj)
+            frame = _blame(traceback) if traceback else None
+            if frame is not None and is_user_file(frame.filename):
+                sites[(type_name(type(obj)), f"{short_path(frame.filename)}:{frame.lineno}")] += 1
+        ranked = sorted(sites.items(), key=lambda item: (-item[1], item[0][0] != "function"))
+        return Cycles(kinds.most_common(10), [(kind, site, n) for (kind, site), n in ranked if n >= 2])
+
+
 def _blame(traceback: tracemalloc.Traceback) -> tracemalloc.Frame | None:
     """The innermost user frame; else the innermost frame. None for what leakdoctor's engine allocated
     itself (an engine frame comes before any user frame), which would else be blamed on the user's line
@@ -226,12 +275,17 @@ def item_bytes(item: Any) -> int:
     return sys.getsizeof(item)
 
 
+def new_items(container: Any, count: int) -> list[Any]:
+    """The last `count` items of a container, at most 32 of them."""
+    if count <= 0 or not isinstance(container, CONTAINERS) or not len(container):
+        return []
+    return list(container.values() if isinstance(container, dict) else container)[-min(count, 32):]
+
+
 def new_items_bytes(container: Any, count: int) -> float:
     """Estimated bytes of the last `count` items of a container (sampling at most 32 of them)."""
-    if count <= 0 or not isinstance(container, CONTAINERS) or not len(container):
-        return 0.0
-    items = list(container.values() if isinstance(container, dict) else container)[-min(count, 32):]
-    return count * sum(map(item_bytes, items)) / len(items)
+    items = new_items(container, count)
+    return count * sum(map(item_bytes, items)) / len(items) if items else 0.0
 
 
 def _where_allocated(ev: Evidence) -> str:
@@ -246,6 +300,11 @@ def _types(ev: Evidence) -> str:
 
 
 def container_rule(watchlist: Watchlist) -> Rule:
+    """A gauge or a watched container that keeps growing, unless what it holds is too little to matter
+    (a history of losses: bytes per step that matter to no run) and the step's CPU time does not rise
+    with it (a history walked every step is the Burn case, a leak of time). Items that hold an autograd
+    graph always matter: their size hides the graph."""
+
     def container_growth(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         found = []
         for metric in ev.unexplained(accepted):
@@ -253,8 +312,10 @@ def container_rule(watchlist: Watchlist) -> Rule:
             if spec.source not in ("gauge", "container"):
                 continue
             container = watchlist.container(metric)
+            items = new_items(container, int(ev.growth(metric)))
             held = new_items_bytes(container, int(ev.growth(metric)))
-            if not _costs_something(ev, metric, held):
+            graphs = any(getattr(item, "grad_fn", None) is not None for item in items)  # sizes hide graphs
+            if not graphs and not _costs_something(ev, metric, held):
                 ev.note(metric, f"{ev.describe(metric)}" + (f", holding about {format_value(held, 'bytes')}"
                         if held else "") + ": too little to matter over the run and step time is flat "
                         "(a history of losses or scalars), not a leak")
@@ -311,18 +372,21 @@ def step_time_note(ev: Evidence) -> str:
 
 
 def garbage_cycles(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
-    """Memory that only gc.collect() takes back: reference cycles outpace the garbage collector."""
+    """Memory that only gc.collect() takes back: reference cycles outpace the garbage collector. Placed
+    where the cycles' objects are made (the closure that refers back, else the object), from the gc
+    cycle census; else at the allocation site that grew most."""
     found = []
     for metric in ev.unexplained(accepted):
         if ev.specs[metric].unit != "bytes" or ev.survives(metric) or ev.reclaimed_by(metric) != "gc_collect":
             continue
-        growth = ev.reports.get("tracemalloc")
+        growth, cycles = ev.reports.get("tracemalloc"), ev.reports.get("gc_cycles")
+        made = cycles.sites[0][1] if cycles and cycles.sites else None
         found.append(ev.finding(
             "python_objects", metric, reclaimed_by="gc_collect",
-            location=growth.top.location if growth and growth.top else None,
+            location=made or (growth.top.location if growth and growth.top else None),
             evidence=f"{ev.describe(metric)}; gc.collect() took it back: objects in reference cycles pile up "
                      f"faster than the garbage collector runs (gc disabled or frozen, or thresholds raised?)"
-                     + _types(ev),
+                     + (f"; garbage in cycles: {cycles.top()}" if made else _types(ev)),
             recommendation="break the reference cycles (weakref for back-references, del the closure), or "
                            "collect periodically (remedy gc_collect does gc.collect() within a 1% time budget)",
         ))
@@ -352,7 +416,7 @@ def integration(watchlist: Watchlist) -> Integration:
     return Integration(
         name="python",
         probes=[watchlist],
-        forensics=[TypeCensus(), AllocationDiff()],
+        forensics=[TypeCensus(), AllocationDiff(), CycleCensus()],  # ended in reverse: cycles while tracing
         cleanups=[Cleanup("gc_collect", gc.collect)],
         rules=[container_rule(watchlist), Rule(55, garbage_cycles), Rule(80, python_objects)],
     )

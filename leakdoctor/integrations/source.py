@@ -100,3 +100,32 @@ def source_line(code: Any, wanted: Callable[[ast.AST], bool]) -> int | None:
     first, last = code.co_firstlineno, max(lines, default=code.co_firstlineno)
     hits = [n.lineno for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last and wanted(n)]
     return min(hits) if hits else None
+
+
+#: Methods that store into a container.
+STORES = frozenset({"append", "appendleft", "extend", "extendleft", "insert", "add", "update", "setdefault"})
+
+
+def _names(node: ast.AST, name: str) -> bool:
+    """Is `node` the variable or attribute `name` (`name`, `self.name`, `trainer.name`)?"""
+    return (isinstance(node, ast.Name) and node.id == name) or (isinstance(node, ast.Attribute) and node.attr == name)
+
+
+def _stores_into(node: ast.AST, name: str) -> bool:
+    """`name.append(...)` (or another storing method), `name[key] = ...`, `name += ...`."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in STORES:
+        return _names(node.func.value, name)
+    if isinstance(node, ast.Assign):
+        return any(isinstance(t, ast.Subscript) and _names(t.value, name) for t in node.targets)
+    return isinstance(node, ast.AugAssign) and (_names(node.target, name) or isinstance(node.target, ast.Subscript)
+                                                and _names(node.target.value, name))
+
+
+def storing_line(filename: str, first: int, last: int, name: str) -> int | None:
+    """The first line between `first` and `last` of a file where the code stores into `name` (appends to
+    it, sets an item, adds to it in place): where what a holder keeps comes from."""
+    tree = _parse(filename, len(linecache.getlines(filename)))
+    if tree is None or not name.isidentifier():
+        return None
+    hits = [n.lineno for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last and _stores_into(n, name)]
+    return min(hits) if hits else None

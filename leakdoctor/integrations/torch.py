@@ -1,7 +1,8 @@
 """PyTorch knowledge: what to read every sample, what to look at when memory grows, how to name the cause.
 
 Probes (cheap): CUDA/MPS allocated and reserved bytes and CUDA's allocation retries (only where the device
-exists and the program uses it), and the number of hooks on the model's modules.
+exists and the program uses it), the number of hooks on the model's modules, and the bytes of a dataset's
+Python container that forked DataLoader workers copied (their pagemaps, integrations/pages.py).
 Forensic (escalation only): the tensor census of integrations/torch_graphs.py, which names who keeps
 tensors that hold an autograd graph (a model attribute, a local list, a global) and the line that made
 them.
@@ -11,16 +12,20 @@ dataloader_workers naming the dataset's Python container. Cleanup: the device ca
 
 from __future__ import annotations
 
+import multiprocessing
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from leakdoctor.diagnosis import Evidence
 from leakdoctor.integrations import Cleanup, Integration, MetricSpec, Rule
+from leakdoctor.integrations.pages import ItemPages
+from leakdoctor.integrations.process import Throttled
 from leakdoctor.integrations.python import CONTAINERS, step_time_note
-from leakdoctor.integrations.source import code_location
+from leakdoctor.integrations.source import caller_frame, code_location
+from leakdoctor.integrations.holders import places
 from leakdoctor.integrations.torch_graphs import TensorCensus, live_instances, retained_rule
-from leakdoctor.summary import Finding
+from leakdoctor.summary import Finding, format_value
 
 HOOKS = "torch_hooks"
 #: Module attributes that hold hooks, and what to call their hooks.
@@ -297,9 +302,29 @@ def hooks_rule(model_ref: Callable[[], Any]) -> Rule:
 
 # --- DataLoader workers -----------------------------------------------------------------------------
 
+COPIED = "workers_copied_bytes"
+#: Fraction of time the copied-pages probe may take (the doctor's default overhead budget).
+BUDGET = 0.005
+
+
 def worker_datasets(loader_type: type) -> list[Any]:
     """Datasets of the live DataLoaders that use worker processes."""
     return [loader.dataset for loader in live_instances(loader_type) if loader.num_workers > 0]
+
+
+def forked_datasets(loader_type: type) -> list[Any]:
+    """Datasets of the DataLoaders whose workers are forked (they share this process's pages): those the
+    user's frames hold (their variables, and attributes of the user's objects there), else every live one
+    (a walk of the heap: tens of milliseconds)."""
+    held = [v for _, _, v, *_ in places([], caller_frame()) if isinstance(v, loader_type)]
+    found = []
+    for loader in held or live_instances(loader_type):
+        context = loader.multiprocessing_context  # None: the default, which this must not fix
+        method = context.get_start_method() if context is not None else (
+            multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0])
+        if loader.num_workers > 0 and method == "fork":
+            found.append(loader.dataset)
+    return found
 
 
 def python_container(dataset: Any, depth: int = 2) -> tuple[str, Any] | None:
@@ -317,30 +342,137 @@ def python_container(dataset: Any, depth: int = 2) -> tuple[str, Any] | None:
     return best
 
 
-def loader_rule(loader_type: type) -> Rule:
-    """Worker memory growth with a DataLoader whose dataset keeps its samples in a Python container:
-    name the container. Without one, the process integration's rule reports the workers."""
+def largest_container(datasets: list[Any]) -> tuple[Any, str, Any] | None:
+    """(dataset, attribute path, container) of the largest Python container among the datasets."""
+    found = [(ds, *c) for ds in datasets if (c := python_container(ds))]
+    return max(found, key=lambda f: len(f[2])) if found else None
+
+
+@dataclass
+class Copied:
+    """The Python container whose pages the workers copy: `name` ("RecordsDataset.records"), the dataset's
+    class, what it holds, its type and identity (no reference: a dataset must not outlive its loader
+    because leakdoctor looked at it) and its item pages (integrations/pages.py)."""
+
+    name: str
+    owner: type
+    description: str
+    kind: str
+    ident: tuple[int, int]  # id and length
+    pages: ItemPages
+
+    def location(self) -> str:
+        """'RecordsDataset.records (data.py:12)': where the class is defined (read from its source: kept
+        for the finding, out of the probe's reads)."""
+        defined = code_location(self.owner)
+        return f"{self.name} ({defined})" if defined else self.name
+
+
+class CopiedPages(Throttled):
+    """Bytes of the dataset's Python container that forked DataLoader workers have copied: the pytorch#13246
+    growth, read from the workers' pagemaps in a fraction of a millisecond (integrations/pages.py) where
+    their USS takes tens, so within the budget it reads about once a detection window even at steps of a
+    few milliseconds. The container is looked for each time new workers appear (the user's frames, else a
+    walk of the heap for live DataLoaders), outside the measured cost."""
+
+    name = "copied_pages"
+
+    def __init__(self, loader_type: type, budget: float = BUDGET) -> None:
+        super().__init__(budget)
+        self._loader_type = loader_type
+        self.copied: Copied | None = None
+        self._pids: frozenset[int] = frozenset()
+
+    def read(self) -> Mapping[str, float]:
+        return super().read() if self._workers() else {}
+
+    def read_now(self) -> Mapping[str, float]:
+        return super().read_now() if self._workers() else {}
+
+    def measure(self, exact: bool = False) -> Mapping[str, float]:
+        assert self.copied is not None
+        sizes = [b for pid in self._pids if (b := self.copied.pages.copied_bytes(pid, exact)) is not None]
+        return {COPIED: float(sum(sizes))} if sizes else {}
+
+    def measure_now(self) -> Mapping[str, float]:
+        """Every item page, for the investigation's ladder (a few ms), where the samples read a few hundred."""
+        return self.measure(exact=True)
+
+    def _workers(self) -> bool:
+        """Are there workers whose copies can be read? Looks for the dataset again when new ones appear."""
+        pids = frozenset(child.pid for child in multiprocessing.active_children())
+        new, self._pids = pids - self._pids, pids
+        if new:
+            self.copied = self._find()
+            if self.copied is not None:
+                self.measure()  # a first, cold read (files opened, code paths warmed) the throttle leaves out
+        return bool(pids) and self.copied is not None
+
+    def _find(self) -> Copied | None:
+        """The largest Python container of the forked workers' datasets, with its item pages."""
+        found = largest_container(forked_datasets(self._loader_type))
+        if found is None:
+            return None
+        dataset, attr, container = found
+        ident = (id(container), len(container))
+        if self.copied is not None and self.copied.ident == ident:
+            return self.copied
+        pages = ItemPages.of(container)
+        if pages is None:
+            return None
+        owner, kind = type(dataset), type(container).__name__
+        # the last item only: reading an item writes its page here (ItemPages.of read that one already)
+        held = f"a Python {kind} of {len(container)} objects ({type(container[-1]).__name__}, ...)"
+        return Copied(f"{owner.__qualname__}.{attr}", owner, held, kind, ident, pages)
+
+    def spec(self, metric: str) -> MetricSpec:
+        return MetricSpec(metric, "bytes", source="torch", where=self.copied.name if self.copied else None)
+
+
+def loader_advice(name: str, container: str) -> str:
+    return (f"store {name} as a numpy array (numbers, or fixed-width strings), an Arrow table or a memory-mapped "
+            f"file instead of a Python {container}, so the workers read buffers and write no reference counts; "
+            f"persistent_workers=True keeps the workers, and their copies, from one epoch to the next (the "
+            f"memory stays held all run but is not copied again), while the default False frees it at each "
+            f"epoch's end and copies it again in the next")
+
+
+def loader_rule(loader_type: type, probe: CopiedPages) -> Rule:
+    """Workers that copy the pages of their dataset's Python container: on the copied bytes where the pagemap
+    probe reads them, else on the workers' USS when a dataset keeps its samples in a Python container.
+    Without one, the process integration's rule reports the workers."""
 
     def dataloader_workers(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
+        unexplained = ev.unexplained(accepted)
+        explains = (COPIED, "workers_uss_bytes", "workers_pss_bytes")
+        copied = probe.copied
+        if COPIED in unexplained and ev.survives(COPIED) and copied is not None:
+            uss, now = ev.end.after("workers_uss_bytes"), ev.end.after(COPIED) or 0.0
+            return [ev.finding(
+                "dataloader_workers", COPIED, location=copied.location(), explains=explains,
+                evidence=f"{ev.describe(COPIED)}: the forked DataLoader workers have copied "
+                         f"{format_value(now, 'bytes')} of the {format_value(copied.pages.nbytes, 'bytes')} of "
+                         f"pages holding {copied.name}, {copied.description}, pages they only read: each read "
+                         f"writes the object's reference count, so the page holding it is copied into the worker "
+                         f"(copy-on-write, pytorch#13246), until each worker holds a copy of all of it"
+                         + (f"; the workers' USS is {format_value(uss, 'bytes')}" if uss else ""),
+                recommendation=loader_advice(copied.name, copied.kind))]
         metric = "workers_uss_bytes"
-        if metric not in ev.unexplained(accepted) or not ev.survives(metric):
+        if metric not in unexplained or not ev.survives(metric):
             return []
-        found = [(ds, c) for ds in worker_datasets(loader_type) if (c := python_container(ds))]
-        if not found:
+        found = largest_container(worker_datasets(loader_type))
+        if found is None:
             return []
-        dataset, (attr, container) = max(found, key=lambda f: len(f[1][1]))
+        dataset, attr, container = found
         owner = type(dataset)
         name = f"{owner.__qualname__}.{attr}"
         return [ev.finding(
-            "dataloader_workers", metric, location=f"{name} ({code_location(owner)})",
-            explains=(metric, "workers_pss_bytes"),
+            "dataloader_workers", metric, location=f"{name} ({code_location(owner)})", explains=explains,
             evidence=f"{ev.describe(metric)}; the DataLoader workers read {name}, a Python "
                      f"{type(container).__name__} of {len(container)} objects: each read writes the object's "
                      f"reference count, so the page holding it is copied into the worker "
                      f"(copy-on-write, pytorch#13246)",
-            recommendation=f"store {name} as a numpy array (numbers, or fixed-width strings), an Arrow table or a "
-                           f"memory-mapped file instead of a Python {type(container).__name__}, so the workers "
-                           f"read buffers and write no reference counts")]
+            recommendation=loader_advice(name, type(container).__name__))]
 
     return Rule(35, dataloader_workers)
 
@@ -358,12 +490,13 @@ def integration(model: Any = None, optimizer: Any = None) -> Integration:
     model = unwrap(model) if model is not None else None
     model_ref = weakref.ref(model) if model is not None else (lambda: None)
     devices = device_probes(torch)
-    rules = [retained_rule(), loader_rule(torch.utils.data.DataLoader)] + [device_rule(p.name) for p in devices]
+    copied = CopiedPages(torch.utils.data.DataLoader)
+    rules = [retained_rule(), loader_rule(torch.utils.data.DataLoader, copied)] + [device_rule(p.name) for p in devices]
     if model is not None:
         rules.append(hooks_rule(model_ref))
     return Integration(
         name="torch",
-        probes=devices + ([HookCount(model)] if model is not None else []),
+        probes=devices + [copied] + ([HookCount(model)] if model is not None else []),
         forensics=[TensorCensus(torch.Tensor, lambda: [m for m in (model_ref(),) if m is not None])],
         cleanups=[Cleanup("clear_cache", empty_caches(torch))] if devices else [],
         rules=rules,

@@ -1,0 +1,169 @@
+"""Who holds objects that accumulate from step to step, in the user's terms: a local variable of the
+training loop, a global, an attribute of the model or of one of the user's objects (and the containers
+among those, two deep), with the line of the user's code that stores into it. Found by looking at the
+places the user's program keeps things, from the frame of the training loop outwards, for a sample of
+the objects kept. Framework-free: torch's retained graphs and JAX's kept arrays both ask it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+from leakdoctor.integrations.python import CONTAINERS, AllocationGrowth
+from leakdoctor.integrations.source import frame_locals, is_user_file, short_path, storing_line
+
+
+@dataclass
+class Holder:
+    """Who keeps the objects: `path` ("val_losses", "LitModel.outputs", "global LOSSES") within `scope`
+    (" in train()" for a local variable), how many of them it holds, the code region where to look for
+    the line that stores them, and access for remedies (detach_retained): `get` returns the live container
+    or object; `rebind` replaces it where that is possible (attributes, globals; not a function's local
+    variables)."""
+
+    path: str
+    scope: str
+    count: int
+    region: tuple[str, int, int]
+    line: int
+    get: Callable[[], Any]
+    rebind: Callable[[Any], None] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.path + self.scope
+
+    def location(self, allocations: AllocationGrowth | None = None) -> str:
+        """'val_losses in train() (train.py:42)': the line of the holder's code that stores into it
+        (`val_losses.append(...)`, `self.outputs[k] = ...`, `total += ...`); else the line inside it that
+        gained the most live allocations during the investigation (one per kept object, every window
+        alike); else where that code stands now."""
+        path, first, last = self.region
+        line = storing_line(path, first, last, self.path.rpartition(".")[2].removeprefix("global "))
+        inside = []
+        for site in allocations.sites if allocations and line is None else []:
+            file, _, number = site.location.rpartition(":")
+            if site.user and file == short_path(path) and first <= int(number) <= last:
+                inside.append((-site.count, int(number)))
+        line = line or (min(inside)[1] if inside else self.line)
+        return f"{self.name} ({short_path(path)}:{line})"
+
+
+def find_holders(kept: Sequence[Any], roots: Sequence[Any], frame: Any) -> list[Holder]:
+    """Who holds the `kept` objects: attributes of the roots (and of user objects they hold), then local
+    variables and globals of the user's frames from `frame` outwards. Those holding most first; each
+    container once."""
+    ids = {id(t) for t in kept}
+    holders: dict[int, Holder] = {}
+    for path, scope, value, origin, get, rebind in places(roots, frame):
+        count = _holds(value, ids, depth=2)
+        if count and id(value) not in holders:
+            region, line = _region(origin)
+            holders[id(value)] = Holder(path, scope, count, region, line, get, rebind)
+    return sorted(holders.values(), key=lambda h: h.count, reverse=True)
+
+
+#: (path, scope, value, origin: the owner's class or the frame, get, rebind) of a place that may hold objects.
+Place = tuple[str, str, Any, Any, Callable[[], Any], "Callable[[Any], None] | None"]
+
+
+def places(roots: Sequence[Any], frame: Any) -> Iterator[Place]:
+    """Every place the user's program keeps things: attributes of the roots (of each of a torch module's
+    submodules), then the variables of the user's frames from `frame` outwards (and attributes of the
+    user's objects among them), and their modules' globals."""
+    for root in roots:
+        for module in root.modules() if callable(getattr(root, "modules", None)) else [root]:
+            for path, value, get, rebind in _attributes(module, type(module).__qualname__, depth=2):
+                yield path, "", value, type(module), get, rebind
+    seen_globals: set[int] = set()
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            if frame.f_code.co_name != "<module>":
+                yield from _locals(frame)
+            if id(frame.f_globals) not in seen_globals:
+                seen_globals.add(id(frame.f_globals))
+                yield from _globals(frame)
+        frame = frame.f_back
+
+
+def _locals(frame: Any) -> Iterator[Place]:
+    """A function's local variables (and the attributes of user objects among them). A local variable
+    cannot be rebound from outside: the remedy changes its value in place."""
+    scope = f" in {frame.f_code.co_name}()"
+    for name, value in frame_locals(frame).items():
+        yield name, scope, value, frame, _getter(value), None
+        for path, inner, get, rebind in _attributes(value, name, depth=1):
+            yield path, scope, inner, frame, get, rebind
+
+
+def _globals(frame: Any) -> Iterator[Place]:
+    namespace = frame.f_globals
+    for name, value in list(namespace.items()):
+        yield (f"global {name}", "", value, namespace, lambda n=name: namespace.get(n),
+               lambda v, n=name: namespace.__setitem__(n, v))
+
+
+def _region(origin: Any) -> tuple[tuple[str, int, int], int]:
+    """The code region of a class, a running function (frame) or a module (its globals), and the line to
+    name when no allocation site is known."""
+    if isinstance(origin, dict):
+        return (origin.get("__file__") or "?", 1, sys.maxsize), 1
+    if inspect.isframe(origin):
+        code = origin.f_code
+        last = max((line for *_, line in code.co_lines() if line), default=code.co_firstlineno)
+        return (code.co_filename, code.co_firstlineno, last), origin.f_lineno
+    try:
+        lines, first = inspect.getsourcelines(origin)
+        return (inspect.getsourcefile(origin) or "?", first, first + len(lines)), first
+    except (OSError, TypeError):
+        return ("?", 0, 0), 0
+
+
+def _attributes(obj: Any, path: str, depth: int) -> Iterator[tuple[str, Any, Callable[[], Any], Callable[[Any], None]]]:
+    """(path, value, get, rebind) of the attributes of a module or of an instance of a user's class, and
+    of such objects among them, `depth` levels deep."""
+    if not _searchable(obj):
+        return
+    ref = weakref.ref(obj)
+    for attr, value in list(vars(obj).items()):
+        name = f"{path}.{attr}"
+        yield name, value, lambda a=attr: getattr(ref(), a, None), lambda v, a=attr: setattr(ref(), a, v)
+        if depth > 1:
+            yield from _attributes(value, name, depth - 1)
+
+
+def _searchable(obj: Any) -> bool:
+    """Modules and instances of classes from the user's code that have a __dict__ and take weakrefs."""
+    if not hasattr(obj, "__dict__") or inspect.isclass(obj) or inspect.ismodule(obj) or inspect.isroutine(obj):
+        return False
+    try:
+        weakref.ref(obj)
+    except TypeError:
+        return False
+    module = sys.modules.get(type(obj).__module__)
+    return hasattr(obj, "named_modules") or is_user_file(getattr(module, "__file__", None) or "<unknown>")
+
+
+def _getter(value: Any) -> Callable[[], Any]:
+    """Access to a local variable's value after its frame moved on: tensors are referenced weakly, and
+    containers (which cannot be) strongly."""
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return lambda: value
+
+
+def _holds(value: Any, ids: set[int], depth: int) -> int:
+    """How many of the objects (by id) `value` is or holds, looking `depth` containers deep."""
+    if id(value) in ids:
+        return 1
+    if depth == 0 or not isinstance(value, CONTAINERS):
+        return 0
+    items = value.values() if isinstance(value, dict) else value
+    return sum(_holds(item, ids, depth - 1) for item in items)
+
+

@@ -1,0 +1,84 @@
+"""Forensics on their own, with real processes: the pagemap count of a Python list's pages that a forked
+child copied by reading it (the DataLoader workers' copy-on-read, pytorch#13246), and the throttle of the
+probes whose reads are expensive."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+from typing import Any, Mapping
+
+import pytest
+
+from leakdoctor.integrations.pages import ItemPages
+from leakdoctor.integrations.process import Throttled
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/pagemap is Linux's")
+
+
+def read_every(records: list, step: int, ready: Any, done: Any) -> None:
+    """A forked child that reads every `step`-th record (and so writes its reference count), then waits."""
+    total = sum(len(records[i]) for i in range(0, len(records), step)) if step else 0
+    ready.put(total)
+    done.wait(60)
+
+
+def copied_by_child(records: list, step: int) -> tuple[float, float, float]:
+    """(exact, sampled, all) bytes of the records' pages a child reading every `step`-th record copied."""
+    pages = ItemPages.of(records)
+    assert pages is not None
+    context = multiprocessing.get_context("fork")
+    ready, done = context.Queue(), context.Event()
+    child = context.Process(target=read_every, args=(records, step, ready, done))
+    child.start()
+    try:
+        ready.get(timeout=60)
+        exact, sampled = pages.copied_bytes(child.pid, exact=True), pages.copied_bytes(child.pid)
+    finally:
+        done.set()
+        child.join(10)
+    assert exact is not None and sampled is not None
+    return exact, sampled, pages.nbytes
+
+
+@linux
+def test_pagemap_counts_the_pages_a_forked_child_copied_by_reading():
+    records = [bytes(4000) for _ in range(20_000)]  # about a page each
+    exact, sampled, total = copied_by_child(records, 5)  # a fifth of them read
+    assert 0.15 * total < exact < 0.3 * total
+    assert 0.5 * exact < sampled < 1.5 * exact  # the probe's sample estimates the same
+    untouched, _, _ = copied_by_child(records, 0)  # a child that reads none of them
+    assert untouched < 0.01 * total
+
+
+@linux
+def test_item_pages_of_lists_and_tuples_only():
+    assert ItemPages.of(tuple(bytes(4000) for _ in range(100))).nbytes >= 100 * 4000
+    assert ItemPages.of([1.5] * 10).nbytes > 0  # one float, one page
+    assert ItemPages.of({i: i for i in range(100)}) is None and ItemPages.of([]) is None
+
+
+class Counting(Throttled):
+    name = "counting"
+
+    def __init__(self, budget: float, first_cost: float) -> None:
+        super().__init__(budget, first_cost)
+        self.measured = 0
+
+    def measure(self) -> Mapping[str, float]:
+        self.measured += 1
+        return {"m": float(self.measured)}
+
+    def spec(self, metric: str) -> Any:
+        return None
+
+
+def test_throttled_probe_waits_to_afford_its_first_read_and_the_ladder_reads_once_a_step():
+    patient = Counting(budget=0.005, first_cost=10.0)  # a read of 10 s: not before 2000 s of run
+    assert patient.read() == {} and patient.measured == 0
+    assert patient.read_now() == {"m": 1.0}  # the ladder reads at once...
+    assert patient.read_now() == {"m": 1.0} and patient.measured == 1  # ...once in the step, for every rung
+    assert patient.read() == {}  # a new step: still throttled
+    assert patient.read_now() == {"m": 2.0}
+    eager = Counting(budget=0.005, first_cost=0.0)
+    assert eager.read() == {"m": 1.0}
