@@ -131,7 +131,6 @@ def test_validation_losses_with_graph_are_found_and_detached():
     assert remedy["rate_after"] <= 0.1 * found["rate_per_step"], remedy
     assert result["with_graph"] == 0 and result["kept"] == 400  # the list is intact, its graphs are gone
     assert result["unchanged"]  # and so are its values
-    assert result["summary"]["verdict"] == "remedied"
 
 
 

@@ -301,8 +301,8 @@ class TraceSentinel:
     profile hook waits for a call into one of their code objects, counts it and removes itself at once
     (the trace then runs at full speed), or is removed at the next sample. In a compiled loop few Python
     calls happen between steps, so the hook costs next to nothing; where many do, it is set on fewer
-    samples (each event taken to cost EVENT_COST, within BUDGET of the time between samples), and it
-    removes itself after MAX_EVENTS. During an investigation (`full`) it stays set and counts every
+    samples (each event of the loop's code, from the return of doctor.step on, at the cost measured once
+    for an event, within BUDGET of the time between samples), and it removes itself after MAX_EVENTS. During an investigation (`full`) it stays set and counts every
     trace with its arguments' shapes. It never replaces a profiler the program set itself."""
 
     name = "mlx_traces"
@@ -311,6 +311,7 @@ class TraceSentinel:
 
     def __init__(self, budget: float = BUDGET) -> None:
         self._codes: dict[Any, None] = {}
+        self._caller: Any = None  # the loop's frame, until doctor.step returns to it
         self._event_cost = 0.0
         self._reads = 0
         self._events = 0
@@ -380,16 +381,21 @@ class TraceSentinel:
 
     def _hook(self) -> None:
         if sys.getprofile() is None:
-            self._events = 0
+            self._events, self._caller = 0, caller_frame()
             sys.setprofile(self._event)
 
     def _unhook(self) -> bool:
+        self._caller = None
         if sys.getprofile() == self._event:
             sys.setprofile(None)
             return True
         return False
 
     def _event(self, frame: Any, event: str, arg: Any) -> None:
+        if self._caller is not None:  # the rest of doctor.step: its own calls are not the loop's to count
+            if event == "return" and frame.f_back is self._caller:
+                self._caller = None
+            return
         self._events += 1
         if event == "call" and frame.f_code in self._codes:
             self.count += 1

@@ -42,6 +42,12 @@ class Retained:
         return sum(b for *_, b, graph in self.groups if graph)
 
     @property
+    def saved_bytes(self) -> int:
+        """The part of `graph_bytes` in tensors of more than a number: activations the graphs saved for a
+        backward() that never comes (a loss kept after its backward() keeps only its graph's nodes)."""
+        return sum(b for desc, _, b, graph in self.groups if graph and not desc.startswith("()"))
+
+    @property
     def devices(self) -> set[str]:
         return {desc.split()[-1].split(":")[0] for desc, *_, graph in self.groups if graph}
 
@@ -137,25 +143,28 @@ class TensorCensus:
 
 
 def retained_rule() -> Rule:
-    """Tensors that hold their autograd graph kept across steps: name the holder and the line that makes
-    them. The finding is on memory (device memory first) where it grows with the graphs: that is what
-    leaks, what detach_retained frees and what it is judged on. A watched container that holds them (a
-    list on the module) grows too: the finding explains its length, and is on that length when the
-    graphs' tensors do not account for the memory growth (a loss kept after backward() keeps only the
-    graph's nodes: the list is the problem, and only the user can bound it)."""
+    """Tensors that hold their autograd graph kept across steps: name the holder and the line that stores
+    them. The finding is on memory (device memory first), what leaks, what detach_retained frees and is
+    judged on, when it survived the cleanup ladder, when the graphs' tensors account for its growth, or
+    when they keep activations (more than numbers): memory grows then by at least their bytes a step,
+    whether or not its series shows it yet. A watched container that holds them (a list on the module)
+    grows too: the finding explains its length, and is on that length when the kept graphs hold only
+    numbers and their nodes (a loss kept after backward()): the list is the problem, which only the user
+    can bound."""
 
     def retained_graph(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         census = ev.reports.get("tensor_census")
         if census is None or not census.retained:
             return []
         unexplained = ev.unexplained(accepted)
+        explained = {m for f in accepted for m in f.explains}
         holder = census.holders[0] if census.holders else None
         containers = [m for m, spec in ev.specs.items() if holder and spec.source == "container"
                       and (spec.where or "").split(" (")[0] == holder.name and _grows(ev, m)]
         candidates = [f"{d}_allocated_bytes" for d in ("cuda", "mps") if d in census.devices] + ["rss_bytes"]
-        memory = next((m for m in candidates if m in unexplained
-                       and (ev.survives(m) or _graphs_account(ev, m, census))), None)
-        on_memory = memory is not None and (not containers or _graphs_account(ev, memory, census))
+        memory = next((m for m in candidates if m in ev.specs and m not in explained and (
+            census.saved_bytes or _graphs_account(ev, m, census) or m in unexplained and ev.survives(m))), None)
+        on_memory = memory is not None and (not containers or census.saved_bytes or _graphs_account(ev, memory, census))
         metric = memory if on_memory else next(iter(containers), None)
         if metric is None:
             return []
@@ -170,12 +179,15 @@ def retained_rule() -> Rule:
         else:
             advice = (f"add loss.detach() or loss.item() to {name}, not the tensor with its autograd graph (or "
                       f"compute it under torch.no_grad())")
-        growth = "; ".join(_describe(ev, m) for m in dict.fromkeys([metric, *containers]))
-        return [ev.finding(
+        growth = "; ".join(_describe(ev, m, census) for m in dict.fromkeys([metric, *containers]))
+        found = ev.finding(
             "retained_graph", metric, location=location,
             explains=tuple(dict.fromkeys([metric, *containers, *([memory] if memory else []), *twin])),
             subject=census.holders, evidence=f"{growth}; {census.describe()}",
-            recommendation=advice)]
+            recommendation=advice)
+        if metric == memory and not ev.growing(memory):  # its series shows no growth yet: the graphs' bytes
+            found.rate_per_step = census.graph_bytes / census.steps
+        return [found]
 
     return Rule(30, retained_graph)
 
@@ -190,11 +202,14 @@ def _graphs_account(ev: Evidence, metric: str, census: Retained) -> bool:
     return grew and trend is not None and census.graph_bytes >= 0.25 * trend.slope * ev.steps
 
 
-def _describe(ev: Evidence, metric: str) -> str:
-    """How the metric grew: over the window, or (no suspect of this investigation) by its trend."""
+def _describe(ev: Evidence, metric: str, census: Retained) -> str:
+    """How the metric grew: over the window; or (no suspect of this investigation) by the kept graphs'
+    bytes for memory, by its trend for a count."""
     if ev.growing(metric):
         return ev.describe(metric)
     unit = ev.specs[metric].unit if metric in ev.specs else "count"
+    if unit == "bytes":
+        return f"{metric} gaining at least the kept graphs' {format_value(census.graph_bytes / census.steps, unit)}/step"
     return f"{metric} growing by {format_value(ev.rate(metric), unit)}/step"
 
 
