@@ -37,7 +37,7 @@ LEAKS = [
     pytest.param("flax_nnx_mnist", 240, marks=SLOW),
     pytest.param("lightning_autoencoder", 240, marks=SLOW),
     pytest.param("keras_convnet_jax", None, marks=SLOW),
-    pytest.param("flax_linen_mnist", 60, marks=SLOW),
+    pytest.param("flax_linen_mnist", 100, marks=SLOW),
 ]
 
 

@@ -11,8 +11,8 @@ the test set is evaluated and `train_loss.item()` printed with the test loss and
 
 Changed: MNIST (torchvision) is replaced by synthetic images of the same shape, normalised to [-1, 1] as
 the example's transform does, in a TensorDataset; 4096 training images (60000) and 320 test images
-(10000), batch 32 (64), --steps steps (300 in the notebook, 1000 here), so that 1000+ steps run in about a minute on CPU;
-jaxtyping annotations left out; `optim.update` gets the model's arrays (`eqx.filter(model, eqx.is_array)`),
+(10000), batch 32 (64), --steps steps (300 in the notebook, 1000 here), so that 1000+ steps run in about
+a minute on CPU; jaxtyping annotations left out; `optim.update` gets the model's arrays (`eqx.filter(model, eqx.is_array)`),
 as the current notebook does.
 
 Leak (--leak): the user switches to RAdam as optax wrote it up to 0.2.2 (optax#969;
