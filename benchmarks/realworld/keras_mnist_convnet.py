@@ -1,0 +1,101 @@
+"""Keras's "Simple MNIST convnet" example, reproduced: keras-team/keras-io, examples/vision/mnist_convnet.py,
+on Keras 3 with the jax or the torch backend (--backend; KERAS_BACKEND is set before keras is imported).
+
+The author's script: images scaled to [0, 1] with a channel axis, labels one-hot; a Sequential model (Conv2D
+32 3x3 relu, MaxPooling2D 2x2, Conv2D 64 3x3 relu, MaxPooling2D 2x2, Flatten, Dropout 0.5, Dense 10
+softmax), `model.summary()`, categorical cross-entropy with Adam and the accuracy metric, one
+`fit(batch_size=128, epochs=15, validation_split=0.1)`, then `evaluate` on the test set.
+
+Changed: MNIST (downloaded by keras.datasets) is replaced by synthetic images of the same shape and
+dtype; sizes shrunk to run 1000+ steps in about a minute on CPU: batch 32 (128), 4 epochs (15), the
+training images derived from --steps (a tenth more for validation_split), 1000 test images (10000).
+
+Leak (--leak): a small search over the dropout rate: a new model is built, compiled and fitted for one
+epoch per trial in a loop, without `keras.backend.clear_session()` (keras#2102): the old models stay in
+memory. The same total of training steps, spread over the trials.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import _common as common
+
+
+def options(parser) -> None:
+    parser.add_argument("--backend", choices=("jax", "torch"), default="jax")
+    parser.add_argument("--trials", type=int, default=16, help="models fitted in the --leak search")
+
+
+args = common.arguments(__doc__, steps=1000, extra=options)
+os.environ["KERAS_BACKEND"] = args.backend
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+from keras import layers  # noqa: E402
+
+from leakdoctor.callbacks.keras import LeakDoctorCallback  # noqa: E402  # leakdoctor
+
+# Model / data parameters
+num_classes = 10
+input_shape = (28, 28, 1)
+batch_size = 32
+epochs = 4
+fits = args.trials if args.leak else 1
+steps_per_fit = -(-args.steps // (fits * (1 if args.leak else epochs)))
+
+# The data, split between train and test sets
+x_train, y_train, x_test, y_test = common.mnist(math.ceil(batch_size * steps_per_fit / 0.9), 1000)
+
+# Scale images to the [0, 1] range
+x_train = x_train.astype("float32") / 255
+x_test = x_test.astype("float32") / 255
+# Make sure images have shape (28, 28, 1)
+x_train = np.expand_dims(x_train, -1)
+x_test = np.expand_dims(x_test, -1)
+print("x_train shape:", x_train.shape)
+print(x_train.shape[0], "train samples")
+print(x_test.shape[0], "test samples")
+
+# convert class vectors to binary class matrices
+y_train = keras.utils.to_categorical(y_train, num_classes)
+y_test = keras.utils.to_categorical(y_test, num_classes)
+
+
+def build_model(dropout: float = 0.5) -> keras.Sequential:
+    return keras.Sequential(
+        [
+            keras.Input(shape=input_shape),
+            layers.Conv2D(32, kernel_size=(3, 3), activation="relu"),
+            layers.MaxPooling2D(pool_size=(2, 2)),
+            layers.Conv2D(64, kernel_size=(3, 3), activation="relu"),
+            layers.MaxPooling2D(pool_size=(2, 2)),
+            layers.Flatten(),
+            layers.Dropout(dropout),
+            layers.Dense(num_classes, activation="softmax"),
+        ]
+    )
+
+
+callbacks = common.callbacks(LeakDoctorCallback, args)  # leakdoctor
+began = time.perf_counter()
+if not args.leak:
+    model = build_model()
+    model.summary()
+    model.compile(loss="categorical_crossentropy", optimizer="adam", metrics=["accuracy"])
+    model.fit(x_train, y_train, batch_size=batch_size, epochs=epochs, validation_split=0.1, callbacks=callbacks)
+else:
+    for dropout in np.linspace(0.2, 0.6, fits):
+        model = build_model(float(dropout))
+        model.compile(loss="categorical_crossentropy", optimizer="adam", metrics=["accuracy"])
+        model.fit(x_train, y_train, batch_size=batch_size, epochs=1, validation_split=0.1, callbacks=callbacks)  # LEAK
+seconds = time.perf_counter() - began
+
+score = model.evaluate(x_test, y_test, verbose=0)
+print("Test loss:", score[0])
+print("Test accuracy:", score[1])
+for callback in callbacks:
+    callback.finish()  # leakdoctor
+common.done(fits * (1 if args.leak else epochs) * steps_per_fit, seconds)
