@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
+from leakdoctor.detect import is_material
 from leakdoctor.diagnosis import Evidence
 from leakdoctor.integrations import Cleanup, FunctionProbe, Integration, MetricSpec, Rule
 from leakdoctor.integrations.holders import Holder, find_holders
@@ -476,6 +477,19 @@ def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
     )]
 
 
+def _gained_bytes(growth: "ArrayGrowth", platform: str) -> float:
+    return float(sum(size for kind, _, size in growth.rows if kind.endswith(f" on {platform}")))
+
+
+def _holds_enough(ev: Evidence, growth: "ArrayGrowth", platform: str) -> bool:
+    """Counts are judged by what they hold: do the arrays gained in the window, at this rate, matter in
+    bytes over the horizon?"""
+    rss = ev.specs.get(RSS)
+    level = ev.begin.after(RSS) or 0.0
+    return is_material("bytes", _gained_bytes(growth, platform) / ev.steps, level, ev.horizon,
+                       rss.limit if rss else None)
+
+
 def live_arrays(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
     """Arrays that accumulate on a platform (kept across steps) and survive gc: one finding per platform,
     on its bytes if they grew, else on its count; on CPU also on resident memory, when that is what grew
@@ -492,6 +506,10 @@ def live_arrays(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         if metric is None and platform == "cpu" and rss:
             metric = RSS
         if metric is None:
+            continue
+        if metric == pair[1] and not _holds_enough(ev, growth, platform):
+            ev.note(metric, f"{ev.describe(metric)}, holding {format_value(_gained_bytes(growth, platform), 'bytes')}"
+                            f": too little to matter over the run (a history of scalars), not a leak")
             continue
         explains: tuple[str, ...] = (metric, *pair, *([RSS] if platform == "cpu" and rss else []))
         kinds = f"; accumulating: {growth.top()}" if growth.rows else ""
