@@ -66,7 +66,7 @@ def test_lightning_outputs_kept_are_found_and_sigterm_is_left_to_lightning(tmp_p
     assert summary["framework"] == "lightning" and summary["verdict"] == "leak"
     found = finding(summary, "retained_graph")
     assert found["metric"] == "len(Leaky.outputs)"
-    assert found["location"].endswith(f"lightning_outputs.py:{line_of('lightning_outputs.py', 'MADE')})"), found
+    assert found["location"].endswith(f"lightning_outputs.py:{line_of('lightning_outputs.py', 'KEPT')})"), found
     assert any(note.startswith("the run ended with SIGTERMException") for note in summary["notes"]), summary["notes"]
 
 
