@@ -317,8 +317,8 @@ def container_rule(watchlist: Watchlist) -> Rule:
             graphs = any(getattr(item, "grad_fn", None) is not None for item in items)  # sizes hide graphs
             if not graphs and not _costs_something(ev, metric, held):
                 ev.note(metric, f"{ev.describe(metric)}" + (f", holding about {format_value(held, 'bytes')}"
-                        if held else "") + ": too little to matter over the run and step time is flat "
-                        "(a history of losses or scalars), not a leak")
+                        if held else "") + ": too little to matter over the run, and step time is flat: "
+                        "a history, not a leak")
                 continue
             explains = [metric] + (["rss_bytes"] if _holds_the_rss_growth(ev, held) else [])
             name = spec.where.split(" (")[0] if spec.where else metric
