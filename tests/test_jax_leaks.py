@@ -199,6 +199,19 @@ def kept_arrays_scenario(steps: int) -> dict:
     return {"summary": doctor.summary.to_dict()}
 
 
+def kept_grads_scenario(steps: int) -> dict:
+    """An NNX loop that keeps every step's gradients (nnx.State pytrees, the arrays 4 levels inside)."""
+    model = nnx.Linear(256, 256, rngs=nnx.Rngs(0))
+    x = jax.random.normal(jax.random.PRNGKey(3), (64, 256))
+    grad = nnx.jit(nnx.grad(lambda m, x: jnp.mean(m(x) ** 2)))
+    history = []
+    with LeakDoctor(memory_limit=LIMIT, verbose=False) as doctor:
+        for _ in range(steps):
+            history.append(grad(model, x))  # KEPT-GRADS
+            doctor.step()
+    return {"summary": doctor.summary.to_dict()}
+
+
 # --- tests --------------------------------------------------------------------------------------------
 
 def test_old_radam_in_a_flax_loop_is_found_and_swapped_by_cond_to_where():
@@ -279,6 +292,14 @@ def test_arrays_kept_across_steps_are_device_arrays_held_by_the_list_that_keeps_
     assert "float32[256,256] on cpu" in finding["evidence"] and "held by kept in kept_arrays_scenario()" in finding["evidence"]
     assert "store Python floats in kept" in finding["recommendation"]
     assert not any(f["cause"] == "native_memory" for f in summary["findings"])
+
+
+def test_gradient_states_kept_across_steps_are_named_at_the_list_that_keeps_them():
+    summary = isolated(kept_grads_scenario, 150)["summary"]
+    finding = only(summary, "device_arrays")
+    assert finding["location"] == f"history in kept_grads_scenario() (tests/test_jax_leaks.py:{line_of('KEPT-GRADS')})"
+    assert "float32[256,256] on cpu" in finding["evidence"] and "held by history in kept_grads_scenario()" in finding["evidence"]
+    assert "model in" not in finding["evidence"]  # the model holds its current parameters only: not a holder
 
 
 @pytest.mark.parametrize("kwargs, bad", [

@@ -134,6 +134,48 @@ def test_validation_losses_with_graph_are_found_and_detached():
 
 
 
+class Recorder:
+    """A user's callback that keeps every output it is shown (with its graph: the leak)."""
+
+    def __init__(self) -> None:
+        self.outputs: list[torch.Tensor] = []
+
+    def on_step(self, output: torch.Tensor) -> None:
+        self.outputs.append(output)  # the leak: a recorder keeps outputs with their graphs
+
+
+def notify(callbacks: list[Recorder], output: torch.Tensor) -> None:
+    for callback in callbacks:
+        callback.on_step(output)
+
+
+def outputs_kept_by_a_callback(steps: int) -> dict:
+    """The outputs are kept by an object inside a list of callbacks, two levels below the loop's variable."""
+    model, optimizer, batches = setup()
+    x_val = torch.randn(128, 64)
+    callbacks = [Recorder()]
+    with LeakDoctor(model=model, optimizer=optimizer, remedies="all", **EVERY_STEP) as doctor:
+        for step in range(steps):
+            train_step(model, optimizer, *batches[step % len(batches)])
+            notify(callbacks, model(x_val))
+            doctor.step()
+    held = sum(t.grad_fn is not None for t in callbacks[0].outputs)
+    return {"summary": doctor.summary.to_dict(), "with_graph": held, "kept": len(callbacks[0].outputs)}
+
+
+RECORDER_LINE = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1)
+                     if text.rstrip().endswith("# the leak: a recorder keeps outputs with their graphs"))
+
+
+def test_outputs_kept_inside_a_list_of_callbacks_are_named_by_the_attribute_that_keeps_them():
+    result = isolated(outputs_kept_by_a_callback, 300)
+    found = finding(result["summary"], "retained_graph")
+    assert found["location"] == f"Recorder.outputs (tests/test_torch.py:{RECORDER_LINE})"
+    remedy = found["remedy"]
+    assert remedy["name"] == "detach_retained" and remedy["effective"] is True, remedy
+    assert result["with_graph"] == 0 and result["kept"] == 300  # the recorder's list is intact, without graphs
+
+
 def running_total_kept(steps: int) -> dict:
     model, optimizer, batches = setup()
     x_val, y_val = torch.randn(128, 64), torch.randn(128, 1)
@@ -291,7 +333,7 @@ def test_detach_retained_packs_small_tensors_and_follows_a_deque():
     holder.recent = deque([(weight * i).sum() for i in range(3)], maxlen=4)
     remedy = DetachRetained()
     ref = weakref.ref(holder)
-    place = Holder("Module.recent", "", 3, ("train.py", 1, 9), 1, lambda: ref().recent,
+    place = Holder("Module.recent", "", 3, (("train.py", 1, 9),), 1, lambda: ref().recent,
                    lambda v: setattr(ref(), "recent", v))
     context = RemedyContext(Finding("retained_graph", "rss_bytes", 1, 2, 1.0, "bytes", None, "", "", subject=[place]), {})
     assert remedy.applicable(context)

@@ -7,6 +7,7 @@ the objects kept. Framework-free: torch's retained graphs and JAX's kept arrays 
 
 from __future__ import annotations
 
+import gc
 import inspect
 import sys
 import weakref
@@ -16,19 +17,23 @@ from typing import Any, Callable, Iterator, Sequence
 from leakdoctor.integrations.python import CONTAINERS, AllocationGrowth
 from leakdoctor.integrations.source import frame_locals, is_user_file, short_path, storing_line
 
+#: A file and its lines first to last: a class, a function, a module.
+Region = tuple[str, int, int]
+
 
 @dataclass
 class Holder:
     """Who keeps the objects: `path` ("val_losses", "LitModel.outputs", "global LOSSES") within `scope`
-    (" in train()" for a local variable), how many of them it holds, the code region where to look for
-    the line that stores them, and access for remedies (detach_retained): `get` returns the live container
+    (" in train()" for a local variable), how many of them it holds, the code regions where to look for
+    the line that stores them (the loop's function, then the class of the object whose attribute it is),
+    and access for remedies (detach_retained): `get` returns the live container
     or object; `rebind` replaces it where that is possible (attributes, globals; not a function's local
     variables)."""
 
     path: str
     scope: str
     count: int
-    region: tuple[str, int, int]
+    regions: tuple[Region, ...]
     line: int
     get: Callable[[], Any]
     rebind: Callable[[Any], None] | None = None
@@ -42,15 +47,18 @@ class Holder:
         (`val_losses.append(...)`, `self.outputs[k] = ...`, `total += ...`); else the line inside it that
         gained the most live allocations during the investigation (one per kept object, every window
         alike); else where that code stands now."""
-        path, first, last = self.region
-        line = storing_line(path, first, last, self.path.rpartition(".")[2].removeprefix("global "))
+        name = self.path.rpartition(".")[2].removeprefix("global ")
+        for path, first, last in self.regions:
+            line = storing_line(path, first, last, name)
+            if line is not None:
+                return f"{self.name} ({short_path(path)}:{line})"
+        path, first, last = self.regions[0]
         inside = []
-        for site in allocations.sites if allocations and line is None else []:
+        for site in allocations.sites if allocations else []:
             file, _, number = site.location.rpartition(":")
             if site.user and file == short_path(path) and first <= int(number) <= last:
                 inside.append((-site.count, int(number)))
-        line = line or (min(inside)[1] if inside else self.line)
-        return f"{self.name} ({short_path(path)}:{line})"
+        return f"{self.name} ({short_path(path)}:{min(inside)[1] if inside else self.line})"
 
 
 def find_holders(kept: Sequence[Any], roots: Sequence[Any], frame: Any) -> list[Holder]:
@@ -58,17 +66,42 @@ def find_holders(kept: Sequence[Any], roots: Sequence[Any], frame: Any) -> list[
     variables and globals of the user's frames from `frame` outwards. Those holding most first; each
     container once."""
     ids = {id(t) for t in kept}
-    holders: dict[int, Holder] = {}
-    for path, scope, value, origin, get, rebind in places(roots, frame):
-        count = _holds(value, ids, depth=2)
-        if count and id(value) not in holders:
-            region, line = _region(origin)
-            holders[id(value)] = Holder(path, scope, count, region, line, get, rebind)
-    return sorted(holders.values(), key=lambda h: h.count, reverse=True)
+    found: dict[int, tuple[int, float, Holder]] = {}
+    for path, scope, value, origins, get, rebind in places(roots, frame):
+        count, depth = _holds(value, ids)
+        if count and id(value) not in found:
+            regions, line = _regions(*origins)
+            found[id(value)] = (-count, depth, Holder(path, scope, count, regions, line, get, rebind))
+    # most held first; of two holding as many, the nearer one (the list itself before an object that has it)
+    holders = [holder for *_, holder in sorted(found.values(), key=lambda f: f[:2])]
+    return [_narrowed(holders[0], ids), *holders[1:]] if holders else []
 
 
-#: (path, scope, value, origin: the owner's class or the frame, get, rebind) of a place that may hold objects.
-Place = tuple[str, str, Any, Any, Callable[[], Any], "Callable[[Any], None] | None"]
+def _narrowed(holder: Holder, ids: set[int]) -> Holder:
+    """The holder, or the attribute of one of the user's objects inside it that holds all it holds: a
+    list of callbacks is named by the callback's attribute that keeps the objects (Logger.predictions)."""
+    value = holder.get()
+    for _ in range(DEPTH):
+        if _searchable(value):
+            attrs = [(a, v) for a, v in vars(value).items() if _holds(v, ids)[0] >= holder.count]
+            if not attrs:
+                return holder
+            owner, (attr, value) = value, attrs[0]
+            regions, line = _regions(type(owner))
+            ref = weakref.ref(owner)
+            holder = Holder(f"{type(owner).__qualname__}.{attr}", "", holder.count, regions, line,
+                            lambda a=attr: getattr(ref(), a, None), lambda v, a=attr: setattr(ref(), a, v))
+        elif isinstance(value, CONTAINERS):
+            items = value.values() if isinstance(value, dict) else value
+            value = next((v for v in items if _holds(v, ids)[0] >= holder.count), None)
+        else:
+            return holder
+    return holder
+
+
+#: (path, scope, value, origins: the frame, the owner's class, the module's globals, where the code that stores
+#: into the place may be, get, rebind) of a place that may hold objects.
+Place = tuple[str, str, Any, tuple[Any, ...], Callable[[], Any], "Callable[[Any], None] | None"]
 
 
 def places(roots: Sequence[Any], frame: Any) -> Iterator[Place]:
@@ -78,7 +111,7 @@ def places(roots: Sequence[Any], frame: Any) -> Iterator[Place]:
     for root in roots:
         for module in root.modules() if callable(getattr(root, "modules", None)) else [root]:
             for path, value, get, rebind in _attributes(module, type(module).__qualname__, depth=2):
-                yield path, "", value, type(module), get, rebind
+                yield path, "", value, (type(module),), get, rebind
     seen_globals: set[int] = set()
     while frame is not None:
         if is_user_file(frame.f_code.co_filename):
@@ -95,19 +128,25 @@ def _locals(frame: Any) -> Iterator[Place]:
     cannot be rebound from outside: the remedy changes its value in place."""
     scope = f" in {frame.f_code.co_name}()"
     for name, value in frame_locals(frame).items():
-        yield name, scope, value, frame, _getter(value), None
+        yield name, scope, value, (frame,), _getter(value), None
         for path, inner, get, rebind in _attributes(value, name, depth=1):
-            yield path, scope, inner, frame, get, rebind
+            yield path, scope, inner, (frame, type(value)), get, rebind
 
 
 def _globals(frame: Any) -> Iterator[Place]:
     namespace = frame.f_globals
     for name, value in list(namespace.items()):
-        yield (f"global {name}", "", value, namespace, lambda n=name: namespace.get(n),
+        yield (f"global {name}", "", value, (namespace,), lambda n=name: namespace.get(n),
                lambda v, n=name: namespace.__setitem__(n, v))
 
 
-def _region(origin: Any) -> tuple[tuple[str, int, int], int]:
+def _regions(*origins: Any) -> tuple[tuple[Region, ...], int]:
+    """The code regions of the origins, and the line to name (the first's) when no line is found in them."""
+    regions = [_region(origin) for origin in origins]
+    return tuple(region for region, _ in regions), regions[0][1]
+
+
+def _region(origin: Any) -> tuple[Region, int]:
     """The code region of a class, a running function (frame) or a module (its globals), and the line to
     name when no allocation site is known."""
     if isinstance(origin, dict):
@@ -157,13 +196,49 @@ def _getter(value: Any) -> Callable[[], Any]:
         return lambda: value
 
 
-def _holds(value: Any, ids: set[int], depth: int) -> int:
-    """How many of the objects (by id) `value` is or holds, looking `depth` containers deep."""
+#: How deep a place is searched for the kept objects: a list of pytrees (a list of flax States: State,
+#: its dict, a Param, the array) is four levels.
+DEPTH = 5
+#: Objects looked at per place at most, so that searching a large object (a model, a dataset) stays cheap.
+BUDGET = 20_000
+
+
+def _holds(value: Any, ids: set[int]) -> tuple[int, float]:
+    """How many of the objects (by id) `value` is or holds, looking DEPTH levels into containers and into
+    the objects of a pytree (dataclasses, flax States, equinox Modules: whatever the garbage collector
+    sees them hold, read without running their code); and how deep they are on average."""
     if id(value) in ids:
-        return 1
-    if depth == 0 or not isinstance(value, CONTAINERS):
-        return 0
-    items = value.values() if isinstance(value, dict) else value
-    return sum(_holds(item, ids, depth - 1) for item in items)
+        return 1, 0.0
+    count, total, seen = 0, 0, {id(value)}
+    level = [value] if _enterable(value) else []
+    for depth in range(1, DEPTH + 1):
+        inner: list[Any] = []
+        for item in (item for obj in level for item in _contents(obj)):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            if id(item) in ids:
+                count, total = count + 1, total + depth
+            elif _enterable(item):
+                inner.append(item)
+        if len(seen) > BUDGET:
+            break
+        level = inner
+    return count, total / count if count else 0.0
 
 
+def _contents(obj: Any) -> list[Any]:
+    if isinstance(obj, dict):
+        return list(obj.values())
+    if isinstance(obj, CONTAINERS):
+        return list(obj)
+    return gc.get_referents(obj)
+
+
+def _enterable(obj: Any) -> bool:
+    """Containers and gc-tracked objects other than code, classes and modules (whose referents are the
+    program itself, not its data)."""
+    if isinstance(obj, CONTAINERS):
+        return True
+    return gc.is_tracked(obj) and not (inspect.isclass(obj) or inspect.ismodule(obj) or inspect.isroutine(obj)
+                                       or inspect.isframe(obj) or inspect.iscode(obj) or isinstance(obj, weakref.ref))

@@ -513,7 +513,8 @@ def live_arrays(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
             continue
         explains: tuple[str, ...] = (metric, *pair, *([RSS] if platform == "cpu" and rss else []))
         kinds = f"; accumulating: {growth.top()}" if growth.rows else ""
-        holders = [h for h in growth.holders if h is growth.holders[0] or h.count > 1][:3]
+        # the main holder, and others that hold as much as half of it (not the model's current parameters)
+        holders = [h for h in growth.holders if 2 * h.count >= growth.holders[0].count][:3]
         held = f"; held by {', '.join(h.name for h in holders)}" if holders else ""
         where = f"store Python floats in {holders[0].path} (float(x)) or keep it bounded" if holders else \
             "store Python floats (float(loss)) or a bounded history"
