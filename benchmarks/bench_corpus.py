@@ -71,12 +71,13 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore"}
 
 
-def run_mode(name: str, mode: str, folder: str) -> dict[str, Any]:
-    """One scenario in one mode, in a fresh process, stopped after TIMEOUT seconds; its result, or an
-    error that says why there is none, with the process's seconds from start to exit."""
+def run_mode(name: str, mode: str, folder: str, on_limit: str = "warn") -> dict[str, Any]:
+    """One scenario in one mode (the doctor's on_limit as given), in a fresh process, stopped after TIMEOUT
+    seconds; its result, or an error that says why there is none, with the process's seconds from start
+    to exit."""
     out = Path(folder) / f"{name}.{mode}.json"
     began = time.monotonic()
-    process = subprocess.Popen([sys.executable, str(HARNESS), name, mode, str(out)], cwd=ROOT, env=child_env(),
+    process = subprocess.Popen([sys.executable, str(HARNESS), name, mode, str(out), on_limit], cwd=ROOT, env=child_env(),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         _, stderr = process.communicate(timeout=TIMEOUT)

@@ -39,6 +39,9 @@ TIMEOUT = 420
 WORKERS = bench_corpus.WORKERS
 #: Runs of every benign scenario (the clean real-world scripts at the defaults, the corpus's benign ones).
 RUNS = 3
+#: The stability runs made with on_limit="stop" (issue #12: a clean run is never stopped); the first run
+#: is at the real defaults (on_limit="warn").
+STOP_RUNS = (2, 3)
 RESULT = "realworld-result:"
 
 
@@ -90,7 +93,7 @@ SCRIPTS: dict[str, Script] = {
                                 ("python_objects",), "a model built and fitted per trial, no clear_session",
                                 args=("--backend", "jax"), leak_steps=320),
     "keras_convnet_torch": Script("keras_mnist_convnet.py", "keras-team/keras-io examples/vision/mnist_convnet.py",
-                                  ("python_objects",), "a model built and fitted per trial, no clear_session",
+                                  ("retained_graph",), "a callback keeps the model's predictions of every batch",
                                   args=("--backend", "torch"), leak_steps=320),
     "flax_linen_mnist": Script("flax_linen_mnist.py", "google/flax examples/mnist/train.py", ("compile_cache",),
                                "old optax RAdam applied outside jit (un-jitted lax.cond)", leak_steps=100,
@@ -113,13 +116,19 @@ def child_env() -> dict[str, str]:
     return {**bench_corpus.child_env(), "OMP_NUM_THREADS": "1"}
 
 
-def command(name: str, doctor: str, leak: bool, summary: Path, steps: int | None = None) -> list[str]:
+def command(name: str, doctor: str, leak: bool, summary: Path, steps: int | None = None,
+            on_limit: str = "warn") -> list[str]:
     """The command line of one run of a real-workload script; `steps` None: the script's default (the
     scenario's leak_steps for a --leak run)."""
     script = SCRIPTS[name]
     steps = steps or (script.leak_steps if leak else None)
     return [sys.executable, str(script.path), *script.args, "--doctor", doctor, *(["--leak"] if leak else []),
-            *(["--steps", str(steps)] if steps else []), "--summary", str(summary)]
+            *(["--steps", str(steps)] if steps else []), "--summary", str(summary), "--on-limit", on_limit]
+
+
+def on_limit(variant: str) -> str:
+    """The doctor's on_limit in a run: "stop" in the STOP_RUNS stability runs, else its default."""
+    return "stop" if variant in {f"default-{i}" for i in STOP_RUNS} | {f"run-{i}" for i in STOP_RUNS} else "warn"
 
 
 def run_script(name: str, variant: str, folder: str, steps: int | None = None) -> dict[str, Any]:
@@ -130,7 +139,7 @@ def run_script(name: str, variant: str, folder: str, steps: int | None = None) -
     summary = Path(folder) / f"{name}.{variant}.json"
     began = time.monotonic()
     try:
-        done = subprocess.run(command(name, doctor, leak, summary, steps), cwd=ROOT, env=child_env(),
+        done = subprocess.run(command(name, doctor, leak, summary, steps, on_limit(variant)), cwd=ROOT, env=child_env(),
                               capture_output=True, text=True, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {TIMEOUT} s", "process_seconds": TIMEOUT}
@@ -146,7 +155,7 @@ def run_corpus(name: str, run: int, folder: str) -> dict[str, Any]:
     """One detect run of a benign corpus scenario (bench_corpus's runner, in its own folder)."""
     sub = Path(folder) / f"corpus{run}"
     sub.mkdir(exist_ok=True)
-    return bench_corpus.run_mode(name, "detect", str(sub))
+    return bench_corpus.run_mode(name, "detect", str(sub), on_limit(f"run-{run}"))
 
 
 def benign_corpus() -> list[str]:
@@ -221,7 +230,7 @@ def score_clean(run: dict[str, Any]) -> dict[str, Any]:
         return {"error": run["error"]}
     summary = run["summary"]
     return {"verdict": summary["verdict"], "false_alarm": bool(leaks(summary)),
-            "findings": [describe(f) for f in summary["findings"]],
+            "stopped": bool(summary.get("stopped")), "findings": [describe(f) for f in summary["findings"]],
             "details": [{k: f.get(k) for k in ("cause", "metric", "rate_per_step", "unit", "first_step",
                                                "detected_step", "location", "evidence")}
                         for f in summary["findings"]],
@@ -237,7 +246,7 @@ def score_corpus(run: dict[str, Any]) -> dict[str, Any]:
     doctor = bench_corpus.score_doctor(run["truth"], run)
     summary = run["summary"]
     return {"verdict": summary["verdict"], "false_alarm": doctor["outcome"] == "FP",
-            "findings": [describe(f) for f in summary["findings"]],
+            "stopped": bool(summary.get("stopped")), "findings": [describe(f) for f in summary["findings"]],
             "details": [{k: f.get(k) for k in ("cause", "metric", "rate_per_step", "unit", "detected_step",
                                                "location", "evidence")} for f in summary["findings"]]}
 
@@ -286,8 +295,12 @@ def stability_table(scored: dict[str, dict[str, Any]], names: list[str], corpus:
             seen = Counter(f.split(" (")[0] for r in ok for f in r["findings"])
             shown = ", ".join(f"{what} ({n}/{len(ok)})" for what, n in seen.items()) or "none"
             count = f"{alarms}/{len(ok)}" + (f" ({len(runs) - len(ok)} failed)" if len(ok) < len(runs) else "")
-            rows.append([f"`{name}`", kind, count if not alarms else f"**{count}**", shown])
-    return table(["scenario", "kind", "false alarms", "findings in the final summaries (runs)"], rows)
+            stops = [r for i, r in enumerate(runs, 1) if i in STOP_RUNS and "error" not in r]
+            stopped = f"{sum(r['stopped'] for r in stops)}/{len(stops)}"
+            rows.append([f"`{name}`", kind, count if not alarms else f"**{count}**",
+                         stopped if stopped.startswith("0/") else f"**{stopped}**", shown])
+    return table(["scenario", "kind", "false alarms", "stopped (on_limit='stop' runs)",
+                  "findings in the final summaries (runs)"], rows)
 
 
 def details(scored: dict[str, dict[str, Any]]) -> str:
@@ -330,7 +343,8 @@ Planted leaks: {"; ".join(f"`{n}`: {SCRIPTS[n].leak}" for n in names)}.
 
 A false alarm is a run whose final summary holds a finding that is not benign (the real-world scripts at
 the defaults; the corpus's benign scenarios in bench_corpus's detect mode, with its fixed 8 GiB limit).
-Target: 0/{RUNS} everywhere.
+Runs {" and ".join(map(str, STOP_RUNS))} of each are made with `on_limit="stop"` (issue #12): none may be
+stopped. Target: 0/{RUNS} false alarms and no stop everywhere.
 
 {stability_table(scored, names, corpus)}
 

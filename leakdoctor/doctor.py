@@ -31,8 +31,9 @@ from leakdoctor.summary import Finding, Summary
 STEP_TIME = "step_seconds"
 STEP_CPU = "step_cpu_seconds"
 STATE_SCHEMA = "leakdoctor.state/1"
-#: Samples whose mean cost the pacer gets at once (pacing each sample would cost a good part of one).
-PACE_EVERY = 4
+#: Samples whose mean cost the pacer gets at once: pacing each sample would cost a good part of one, and
+#: a batch this long holds a window's close (the statistics), so the pacer's median covers its cost.
+PACE_EVERY = 8
 #: Windows sampled at least twice each after a metric's window minima rose RISING times in a row, so that
 #: a leak is confirmed (SCALES[0] windows) at the latency of the statistics, not of the budget.
 HURRY_WINDOWS = 8
@@ -109,6 +110,7 @@ class LeakDoctor:
         self._sampler = Pacer(budget=self.settings.overhead)
         self._countdown = 1
         self._costs, self._costed = 0.0, 0  # samples' cost not yet handed to the pacer
+        self._paced_step = 0  # the step of the last hand-over
         self._hurry_until = 0  # sampling at least twice a window until this step (a metric is rising)
         self._idle = True
         self._sampled_step = 0
@@ -177,8 +179,9 @@ class LeakDoctor:
         self._step += 1
         self._context = context
         clinic = self._clinic
-        elsewhere = clinic.forensic_seconds + clinic.remedy_seconds
-        sampled = clinic.investigation is not None or self._countdown <= 0
+        forensic, remedy = clinic.forensic_seconds, clinic.remedy_seconds
+        investigating = clinic.investigation is not None
+        sampled = investigating or self._countdown <= 0
         try:
             if clinic.treatments:
                 clinic.treat_step(self._step, context, self._step_ema)
@@ -190,9 +193,23 @@ class LeakDoctor:
             self._guard.call("limit watch", self._limit_watch.check, self._step, clinic.findings, self._monitor,
                              self._summary_now)
         end = time.perf_counter()
-        self._probe_seconds += (end - start) - (clinic.forensic_seconds + clinic.remedy_seconds - elsewhere)
+        cost = (end - start) - (clinic.forensic_seconds - forensic) - (clinic.remedy_seconds - remedy)
+        self._probe_seconds += cost
         self._busy_since_sample += end - start
         self._idle = clinic.idle
+        if not investigating and clinic.forensic_seconds == forensic:
+            self._pace(cost, sampled)  # investigations sample every step, with a budget of their own
+
+    def _pace(self, cost: float, sampled: bool) -> None:
+        """Hand the pacer the mean cost of every PACE_EVERY samples, as the own account counts it (wall
+        time in step(), remedies and investigations left out; the steps between samples that had work
+        to do count with the next sample): the budget is what the summary reports."""
+        self._costs += cost
+        self._costed += sampled
+        if self._costed == PACE_EVERY:
+            steps, self._paced_step = self._step - self._paced_step, self._step
+            self._sampler.update(self._costs / PACE_EVERY, self._step_ema, steps / PACE_EVERY)
+            self._costs, self._costed = 0.0, 0
 
     def finish(self, exception: BaseException | None = None) -> Summary:
         """End the run: conclude what is pending, build the summary, write, plot and print it. Safe to
@@ -288,12 +305,9 @@ class LeakDoctor:
 
     def _sample(self, start: float) -> None:
         """Read the due probes, record, and hand the completed windows to the clinic."""
-        begin = time.thread_time()  # the sample's cost leaves out the remedies that ran before it
         clinic = self._clinic
-        investigating = clinic.investigation is not None
-        forensic_before = clinic.forensic_seconds
         readings = self._probes.read_due()
-        if not investigating:
+        if clinic.investigation is None:
             readings[STEP_TIME], readings[STEP_CPU] = self._account_user_time(start)
         completed = self._monitor.record(self._step, readings, self._probes.spec)
         if completed:
@@ -302,14 +316,6 @@ class LeakDoctor:
             clinic.after_sample(self._step, completed, self._context, self._step_ema, self._user_seconds)
         elif not clinic.idle:
             clinic.after_sample(self._step, completed, self._context, self._step_ema, self._user_seconds)
-        # The pacer gets the sample's CPU time in this thread (a busy machine's other processes do not
-        # inflate it), leaving out investigations, which sample every step and have a budget of their own.
-        if not investigating and clinic.forensic_seconds == forensic_before:
-            self._costs += time.thread_time() - begin
-            self._costed += 1
-            if self._costed == PACE_EVERY:
-                self._sampler.update(self._costs / PACE_EVERY, self._step_ema)
-                self._costs, self._costed = 0.0, 0
         self._countdown = self._sampler.every
         if self._step < self._hurry_until:  # a metric is rising: a window needs a sample, whatever the budget
             self._countdown = min(self._countdown, max(1, self.settings.window // 2))

@@ -1,9 +1,11 @@
 """How many steps apart to do something that costs time (a sample, a periodic remedy), so that it takes
-at most `budget` of step time. The cost is measured, not assumed: the median of the last RECENT runs'
-costs. A caller that hands in the mean cost of a few runs at a time (the doctor does) gets the
-occasional dear run (a window that closes and runs the statistics) paid for, while rare outliers (a
-first call, a context switch on a busy machine) cannot dominate. The first run (one-time costs) is
-left out, and the interval grows at most twofold at a time."""
+at most `budget` of step time. The cost is measured, not assumed: the mean of the last RECENT runs'
+costs, leaving out those dearer than OUTLIER times their median (a first call, a context switch on a
+busy machine), which cannot dominate, while the usual dear runs (a window that closes and runs the
+statistics) are paid for. What was spent beyond the budget so far (the first runs, close together while
+the cost is learnt; an estimate that fell short) widens the interval until it is paid back, so the
+budget holds over the run, not only per run. The first run (one-time costs) is left out, and the
+interval grows at most twofold at a time."""
 
 from __future__ import annotations
 
@@ -12,6 +14,10 @@ from collections import deque
 
 #: Runs whose costs set the estimate.
 RECENT = 32
+#: Runs over which what was spent beyond the budget is paid back.
+PAYBACK = 4
+#: A run dearer than this many times the median of the recent ones is an accident, not a cost.
+OUTLIER = 4.0
 
 
 class Pacer:
@@ -23,17 +29,30 @@ class Pacer:
         self.cost = 0.0
         self._recent: deque[float] = deque(maxlen=RECENT)
         self._runs = 0
+        self._spent = 0.0  # the runs' costs so far, and the budget of the steps they covered
+        self._allowed = 0.0
 
-    def update(self, cost: float, step_seconds: float) -> int:
-        """Record one run's cost (seconds); return the steps until the next run."""
+    def update(self, cost: float, step_seconds: float, steps: float | None = None) -> int:
+        """Record one run's cost (seconds) and the steps since the last run (default: the interval, which
+        a caller that runs early at times knows better); return the steps until the next run."""
         self._runs += 1
+        self._spent += cost
+        self._allowed += self.budget * step_seconds * (self.every if steps is None else steps)
         if self._runs == 1:
             return self.every
         self._recent.append(cost)
-        ordered = sorted(self._recent)
-        n = len(ordered)
-        self.cost = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
+        self.cost = typical_mean(self._recent)
         if self.cost > 0 and step_seconds > 0:
-            wanted = math.ceil(self.cost / (self.budget * step_seconds))
+            debt = max(0.0, self._spent - self._allowed) / PAYBACK
+            wanted = math.ceil((self.cost + debt) / (self.budget * step_seconds))
             self.every = max(self.minimum, min(wanted, 2 * self.every, self.maximum))
         return self.every
+
+
+def typical_mean(costs: deque[float]) -> float:
+    """The mean of the costs, those over OUTLIER times their median left out."""
+    ordered = sorted(costs)
+    n = len(ordered)
+    median = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
+    kept = [c for c in ordered if c <= OUTLIER * median]
+    return sum(kept) / len(kept)

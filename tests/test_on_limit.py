@@ -234,8 +234,12 @@ def numpy_loop(steps: int, on_limit: str, stop_short: float = 0.0, cache: int = 
             if doctor.should_stop or (stop_short and rss() > limit - stop_short):
                 break
         summary = doctor.finish()
+    ours = [w for w in caught if issubclass(w.category, LeakDoctorWarning)]
     return {"summary": summary.to_dict(), "last_step": step, "received": received, "should_stop": doctor.should_stop,
-            "warnings": [str(w.message) for w in caught if issubclass(w.category, LeakDoctorWarning)]}
+            "warnings": [str(w.message) for w in ours], "where": sorted({f"{w.filename}:{w.lineno}" for w in ours})}
+
+
+STEP_LINE = numpy_loop.__code__.co_firstlineno + 22
 
 
 def test_warn_says_the_projected_step_once_and_again_closer_and_never_stops():
@@ -247,6 +251,7 @@ def test_warn_says_the_projected_step_once_and_again_closer_and_never_stops():
     assert steps_left[1] <= steps_left[0] / 4  # again when much closer
     assert all("rss_bytes is projected to reach the memory limit" in w and ", user) at step " in w for w in warned)
     assert "within the margin" in warned[-1] and "on_limit='stop' would end the run" in warned[-1]
+    assert result["where"] == [f"{__file__}:{STEP_LINE}"]  # shown at the user's doctor.step(), not in leakdoctor
 
 
 def test_a_callable_receives_the_summary_so_far_and_its_error_is_reported_once():

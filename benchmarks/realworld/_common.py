@@ -1,7 +1,7 @@
 """What every real-workload script shares: its command line, the synthetic stand-in for MNIST, and how
 the doctor is attached.
 
-    args = common.arguments(__doc__, steps=1200)     # --doctor {none,default,safe} --leak --steps N --summary PATH
+    args = common.arguments(__doc__, steps=1200)     # --doctor {none,default,safe} --leak --steps N --summary PATH --on-limit
     with common.attach(LeakDoctor, args, model=model) as doctor:   # a loop doctor (a stand-in for --doctor none)
     callbacks = common.callbacks(LeakDoctorCallback, args)         # Lightning and Keras: [] for --doctor none
     common.done(steps, seconds)                      # the script's last line, which the benchmark reads
@@ -40,6 +40,8 @@ def arguments(description: str | None, steps: int,
     parser.add_argument("--leak", action="store_true", help="plant the script's one realistic leak")
     parser.add_argument("--steps", type=int, default=steps, help=f"training steps (default {steps})")
     parser.add_argument("--summary", type=Path, default=None, help="where the doctor writes its JSON summary")
+    parser.add_argument("--on-limit", choices=("warn", "stop"), default="warn",
+                        help="the doctor's on_limit (warn, its default; stop: a clean run must never be stopped)")
     if extra is not None:
         extra(parser)
     args = parser.parse_args()
@@ -49,8 +51,9 @@ def arguments(description: str | None, steps: int,
 
 
 def options(args: argparse.Namespace) -> dict[str, Any]:
-    """The doctor's keyword arguments for this run: the remedies and the summary path, nothing else."""
-    return {"remedies": REMEDIES[args.doctor], "summary_path": args.summary}
+    """The doctor's keyword arguments for this run: the remedies, on_limit and the summary path, nothing
+    else."""
+    return {"remedies": REMEDIES[args.doctor], "on_limit": args.on_limit, "summary_path": args.summary}
 
 
 def attach(factory: Callable[..., Any], args: argparse.Namespace, **kwargs: Any) -> Any:

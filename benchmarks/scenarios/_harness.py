@@ -117,12 +117,14 @@ class Harness:
     """What a scenario's loop talks to: the doctor (or its stand-in), the per-step recorder, and the
     looks of objgraph or tracemalloc."""
 
-    def __init__(self, mode: str, length: int, warmup: int = 20, check: int = 10) -> None:
+    def __init__(self, mode: str, length: int, warmup: int = 20, check: int = 10,
+                 on_limit: str = "warn") -> None:
         from leakdoctor.integrations.process import RssReader
 
         if mode not in MODES:
             raise ValueError(f"mode={mode!r}: expected one of {MODES}")
         self.mode = mode
+        self.on_limit = on_limit  # "stop" in the stability runs: a clean run must never be stopped
         self.length = length  # the steps the loop runs
         self.warmup, self.check = warmup, check
         self.steps = 0
@@ -144,7 +146,7 @@ class Harness:
         """`factory(**kwargs)` with the mode's remedies and the corpus options, or a stand-in."""
         if self.remedies is None:
             return Absent(kwargs)
-        made = factory(remedies=self.remedies, **DOCTOR_OPTIONS, **kwargs)
+        made = factory(remedies=self.remedies, on_limit=self.on_limit, **DOCTOR_OPTIONS, **kwargs)
         self.doctors.append(made)
         return made
 
@@ -221,13 +223,13 @@ def load(name: str) -> Any:
     return importlib.import_module(name)
 
 
-def run_one(name: str, mode: str) -> dict[str, Any]:
+def run_one(name: str, mode: str, on_limit: str = "warn") -> dict[str, Any]:
     """Import the scenario (and its frameworks), start the mode's tool, run the loop, collect."""
     seed(0)
     module = load(name)
     truth: Truth = module.TRUTH
     length = (truth.remedy_steps or truth.steps) if mode == "remedy" else truth.steps
-    h = Harness(mode, length, truth.warmup, truth.check)
+    h = Harness(mode, length, truth.warmup, truth.check, on_limit)
     begin, cpu = time.perf_counter(), time.process_time()
     extra = module.run(h)
     wall, cpu = time.perf_counter() - begin, time.process_time() - cpu
@@ -240,10 +242,10 @@ def run_one(name: str, mode: str) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    name, mode, out = argv
+    name, mode, out, *on_limit = argv  # on_limit: "warn" (the default) or "stop"
     os.chdir(HERE.parent.parent)  # locations are reported relative to the repository root
     try:
-        result = run_one(name, mode)
+        result = run_one(name, mode, *on_limit)
     except BaseException:  # noqa: BLE001 - the runner reports a failed scenario, it does not crash
         result = {"scenario": name, "mode": mode, "error": traceback.format_exc()}
     Path(out).write_text(json.dumps(result), encoding="utf-8")
