@@ -179,7 +179,7 @@ class LeakDoctor:
         self._step += 1
         self._context = context
         clinic = self._clinic
-        forensic, remedy = clinic.forensic_seconds, clinic.remedy_seconds
+        forensic, remedy, paced = clinic.forensic_seconds, clinic.remedy_seconds, self._probes.paced_seconds
         investigating = clinic.investigation is not None
         sampled = investigating or self._countdown <= 0
         try:
@@ -197,13 +197,16 @@ class LeakDoctor:
         self._probe_seconds += cost
         self._busy_since_sample += end - start
         self._idle = clinic.idle
-        if not investigating and clinic.forensic_seconds == forensic:
-            self._pace(cost, sampled)  # investigations sample every step, with a budget of their own
+        if not investigating and clinic.forensic_seconds == forensic and self._step >= self._hurry_until:
+            # investigations sample every step, with a budget of their own; so do self-pacing probes; and
+            # a hurry (a rising metric sampled twice a window, HURRY_WINDOWS long) is spent on purpose
+            self._pace(cost - (self._probes.paced_seconds - paced), sampled)
 
     def _pace(self, cost: float, sampled: bool) -> None:
         """Hand the pacer the mean cost of every PACE_EVERY samples, as the own account counts it (wall
-        time in step(), remedies and investigations left out; the steps between samples that had work
-        to do count with the next sample): the budget is what the summary reports."""
+        time in step(), remedies, investigations and self-pacing probes' reads left out; the steps
+        between samples that had work to do count with the next sample): the budget is what the summary
+        reports, in a run without DataLoader workers (whose probes have budgets of their own)."""
         self._costs += cost
         self._costed += sampled
         if self._costed == PACE_EVERY:

@@ -4,7 +4,11 @@ A probe is read on every `probe.every`-th sample, and more rarely when its read 
 CHEAP_READ: its measured cost (a robust running average of every TIMED-th read, in this thread's CPU time, which
 other processes on a busy machine do not inflate) sets how many samples to
 skip, so a probe that walks a large model's hooks or lists `jax.live_arrays()` costs about as much per
-sample, on average, as one that reads a counter. A probe that raises is switched off, once.
+sample, on average, as one that reads a counter. A probe that paces itself (`paced`: it decides on each
+sample whether to read, within a budget of its own, as process.Throttled does) is asked on every sample
+and never timed here: its rare dear reads, charged again as the cost of every read, would thin it a second
+time (tens of samples apart), so that its series got too few windows to raise a suspicion in a short run.
+A probe that raises is switched off, once.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ TIMED = 16
 
 
 class _Scheduled:
-    __slots__ = ("probe", "read", "every", "period", "countdown", "reads", "cost")
+    __slots__ = ("probe", "read", "every", "period", "countdown", "reads", "cost", "timed")
 
     def __init__(self, probe: Probe) -> None:
         self.probe = probe
@@ -33,6 +37,7 @@ class _Scheduled:
         self.countdown = 0
         self.reads = 0
         self.cost = 0.0
+        self.timed = not getattr(probe, "paced", False)  # a probe that paces itself is not paced again
 
     def measured(self, cost: float) -> None:
         """Record one read's cost and set the period between reads."""
@@ -43,6 +48,9 @@ class _Scheduled:
 class Probes:
     def __init__(self, probes: Sequence[Probe], specs: Mapping[str, MetricSpec], guard: Guard) -> None:
         self._scheduled = [_Scheduled(p) for p in probes]
+        #: Seconds spent in the reads of probes that pace themselves: within their own budget, so the
+        #: doctor's pacer leaves them out (paying for them again would starve the samples that ask them).
+        self.paced_seconds = 0.0
         self._specs = dict(specs)
         self._guard = guard
 
@@ -66,8 +74,8 @@ class Probes:
                 continue
             scheduled.countdown = scheduled.period
             scheduled.reads += 1
-            timed = not scheduled.reads % TIMED
-            start = time.thread_time() if timed else 0.0
+            timed = scheduled.timed and not scheduled.reads % TIMED
+            start = time.thread_time() if timed else time.perf_counter() if not scheduled.timed else 0.0
             try:
                 values = scheduled.read()
                 if not values.keys() <= self._specs.keys():
@@ -77,6 +85,8 @@ class Probes:
                 continue
             if timed:
                 scheduled.measured(time.thread_time() - start)
+            elif not scheduled.timed:
+                self.paced_seconds += time.perf_counter() - start
             readings.update(values)
         return readings
 
