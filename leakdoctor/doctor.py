@@ -32,7 +32,7 @@ STEP_TIME = "step_seconds"
 STEP_CPU = "step_cpu_seconds"
 STATE_SCHEMA = "leakdoctor.state/1"
 #: Samples whose mean cost the pacer gets at once: pacing each sample would cost a good part of one, and
-#: a batch this long holds a window's close (the statistics), so the pacer's median covers its cost.
+#: a batch this long usually holds a window's close (the statistics), so no batch is an outlier for it.
 PACE_EVERY = 8
 #: Windows sampled at least twice each after a metric's window minima rose RISING times in a row, so that
 #: a leak is confirmed (SCALES[0] windows) at the latency of the statistics, not of the budget.

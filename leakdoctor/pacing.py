@@ -4,8 +4,8 @@ costs, leaving out those dearer than OUTLIER times their median (a first call, a
 busy machine), which cannot dominate, while the usual dear runs (a window that closes and runs the
 statistics) are paid for. What was spent beyond the budget so far (the first runs, close together while
 the cost is learnt; an estimate that fell short) widens the interval until it is paid back, so the
-budget holds over the run, not only per run. The first run (one-time costs) is left out, and the
-interval grows at most twofold at a time."""
+budget holds over the run, not only per run. The first run (one-time costs) is left out of the
+estimate (not of what was spent), and the interval grows at most twofold at a time."""
 
 from __future__ import annotations
 
