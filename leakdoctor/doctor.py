@@ -172,7 +172,7 @@ class LeakDoctor:
 
     def _work(self, context: Mapping[str, Any]) -> None:
         """The part of a step that does something: remedies, and a sample when one is due."""
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.thread_time()
         if self._result is not None or "leakdoctor" in self._guard.off:
             self._idle = False
             return
@@ -200,12 +200,15 @@ class LeakDoctor:
         if not investigating and clinic.forensic_seconds == forensic and self._step >= self._hurry_until:
             # investigations sample every step, with a budget of their own; so do self-pacing probes; and
             # a hurry (a rising metric sampled twice a window, HURRY_WINDOWS long) is spent on purpose
-            self._pace(cost - (self._probes.paced_seconds - paced), sampled)
+            spent = time.thread_time() - cpu_start
+            self._pace(max(0.0, spent - (clinic.remedy_seconds - remedy) - (self._probes.paced_seconds - paced)),
+                       sampled)
 
     def _pace(self, cost: float, sampled: bool) -> None:
-        """Hand the pacer the mean cost of every PACE_EVERY samples, as the own account counts it (wall
-        time in step(), remedies, investigations and self-pacing probes' reads left out; the steps
-        between samples that had work to do count with the next sample): the budget is what the summary
+        """Hand the pacer the mean cost of every PACE_EVERY samples: this thread's CPU time in step(), which
+        a busy machine's other processes do not inflate (on a quiet one it is the wall time the own account
+        counts), remedies, investigations and self-pacing probes' reads left out; the steps between
+        samples that had work to do count with the next sample. The budget is then what the summary
         reports, in a run without DataLoader workers (whose probes have budgets of their own)."""
         self._costs += cost
         self._costed += sampled
