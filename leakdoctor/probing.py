@@ -4,7 +4,11 @@ A probe is read on every `probe.every`-th sample, and more rarely when its read 
 CHEAP_READ: its measured cost (a robust running average of every TIMED-th read, in this thread's CPU time, which
 other processes on a busy machine do not inflate) sets how many samples to
 skip, so a probe that walks a large model's hooks or lists `jax.live_arrays()` costs about as much per
-sample, on average, as one that reads a counter. A probe that raises is switched off, once.
+sample, on average, as one that reads a counter. A probe that paces itself (`paced`: it decides on each
+sample whether to read, within a budget of its own, as process.Throttled does) is asked on every sample
+and never timed here: the reads on which it measures, charged again as the cost of every read, would thin
+it a second time (tens of samples apart), so that its series got too few windows to raise a suspicion in
+a short run. A probe that raises is switched off, once.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ TIMED = 16
 
 
 class _Scheduled:
-    __slots__ = ("probe", "read", "every", "period", "countdown", "reads", "cost")
+    __slots__ = ("probe", "read", "every", "period", "countdown", "reads", "cost", "timed")
 
     def __init__(self, probe: Probe) -> None:
         self.probe = probe
@@ -33,6 +37,7 @@ class _Scheduled:
         self.countdown = 0
         self.reads = 0
         self.cost = 0.0
+        self.timed = not getattr(probe, "paced", False)  # a probe that paces itself is not paced again
 
     def measured(self, cost: float) -> None:
         """Record one read's cost and set the period between reads."""
@@ -66,7 +71,7 @@ class Probes:
                 continue
             scheduled.countdown = scheduled.period
             scheduled.reads += 1
-            timed = not scheduled.reads % TIMED
+            timed = scheduled.timed and not scheduled.reads % TIMED
             start = time.thread_time() if timed else 0.0
             try:
                 values = scheduled.read()

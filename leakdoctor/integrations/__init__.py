@@ -42,11 +42,12 @@ class MetricSpec:
 class Probe(Protocol):
     """A cheap reading taken on every sample (or every `every`-th sample): microseconds, no allocation
     spikes. The doctor samples every step unless that would cost more than 0.5% of step time. A probe
-    whose read is expensive throttles itself (see process.WorkerProbe) and then also defines
-    `read_now()`, an unthrottled read, which the cleanup ladder of an investigation uses. A probe that
-    holds something open (a file descriptor) defines `close()`, which the doctor calls at finish. A probe
-    whose metric names are known before it reads lists them in `metrics`, so that a user gauge cannot take
-    one of those names."""
+    whose read is expensive throttles itself (see process.Throttled), says so with `paced = True` (the
+    doctor then asks it on every sample instead of also reading it more rarely by its measured cost), and
+    also defines `read_now()`, an unthrottled read, which the cleanup ladder of an investigation uses. A
+    probe that holds something open (a file descriptor) defines `close()`, which the doctor calls at
+    finish. A probe whose metric names are known before it reads lists them in `metrics`, so that a user
+    gauge cannot take one of those names."""
 
     name: str
     every: int

@@ -372,8 +372,9 @@ class CopiedPages(Throttled):
     """Bytes of the dataset's Python container that forked DataLoader workers have copied: the pytorch#13246
     growth, read from the workers' pagemaps in a fraction of a millisecond (integrations/pages.py) where
     their USS takes tens, so within the budget it reads about once a detection window even at steps of a
-    few milliseconds. The container is looked for each time new workers appear (the user's frames, else a
-    walk of the heap for live DataLoaders), outside the measured cost."""
+    few milliseconds (it paces itself: the doctor does not thin its reads again by their cost). The
+    container is looked for each time new workers appear (the user's frames, else a walk of the heap for
+    live DataLoaders), outside the measured cost."""
 
     name = "copied_pages"
 
@@ -383,8 +384,10 @@ class CopiedPages(Throttled):
         self.copied: Copied | None = None
         self._pids: frozenset[int] = frozenset()
 
-    def read(self) -> Mapping[str, float]:
-        return super().read() if self._workers() else {}
+    def ready(self) -> bool:
+        """Workers to read, looked for only when a read is due (a sample on which none is costs a clock
+        read, not a listing of this process's children)."""
+        return self._workers()
 
     def read_now(self) -> Mapping[str, float]:
         return super().read_now() if self._workers() else {}
