@@ -1,9 +1,10 @@
 """What the doctor does once a series is suspect: investigate, diagnose, treat, verify.
 
 The per-step path (doctor.py) hands the clinic each sample's completed windows; the clinic opens an
-investigation for suspect metrics, concludes it into findings, applies the first allowed remedy, keeps
-the active remedies acting on every step, and judges each remedy by the slope after it. It times its
-own work (forensics and remedies), which the doctor reports apart from the cost of sampling.
+investigation for suspect metrics (those that become suspect while it is open join it), concludes it
+into findings, applies the first allowed remedy, keeps the active remedies acting on every step, and
+judges each remedy by the slope after it. It times its own work (forensics and remedies), which the
+doctor reports apart from the cost of sampling.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from leakdoctor import oom, remedies
+from leakdoctor import oom, remedies, report
 from leakdoctor.detect import is_material
 from leakdoctor.diagnosis import diagnose, unexplained_notes
 from leakdoctor.guard import Guard
@@ -25,7 +26,8 @@ from leakdoctor.settings import Settings
 from leakdoctor.summary import Finding, RemedyOutcome, format_value
 
 #: Investigations (tracemalloc, gc and tensor censuses, cleanup ladders) may take this share of the run's
-#: time; the first one is always allowed, so a leak is named however short the run.
+#: time; the first one is always allowed, so a leak is named however short the run, and so is the first
+#: of each metric while nothing found so far still leaks (a warm-up's growth took the first one).
 FORENSIC_BUDGET = 0.05
 
 
@@ -65,6 +67,7 @@ class Clinic:
         self.forensic_seconds = 0.0
         self.remedy_seconds = 0.0
         self.deferred = 0  # suspicions left for later because investigations had used their budget
+        self._investigated: set[str] = set()  # metrics that have been suspects of an investigation
         self._tried: dict[tuple[str, str, str | None], set[str]] = {}
         self._step = 0
         self._context: Mapping[str, Any] = {}
@@ -98,6 +101,7 @@ class Clinic:
         investigations have not used their share of the `run_seconds` so far)."""
         self._step, self._context, self._step_seconds = step, context, step_seconds
         if self.investigation is not None:
+            self._join(completed)
             self._timed(self.investigation.tick, step)
             if self.investigation.due(step):
                 self._timed(self._conclude)
@@ -106,7 +110,7 @@ class Clinic:
             suspects = {m: t for m, levels in completed.items() if (t := self.monitor.suspicion(m, levels))}
             if not suspects:
                 return
-            if self.investigations and self.forensic_seconds > FORENSIC_BUDGET * run_seconds:
+            if self._over_budget(suspects, run_seconds):
                 self.deferred += 1
                 return
             self._timed(self._investigate, suspects)
@@ -133,9 +137,39 @@ class Clinic:
         fn(*args)
         self.forensic_seconds += time.perf_counter() - start
 
+    def _over_budget(self, suspects: Mapping[str, Any], run_seconds: float) -> bool:
+        """Must these suspects wait? When investigations have used their share of the run, yes, unless
+        one of them has never been investigated and nothing found so far still leaks: a growth that was
+        no leak (resident memory warming up, taken by the first investigation) must not keep another
+        metric's leak unnamed until the run has lasted twenty times that investigation, while a leak
+        still growing is most likely what the other metric sees too."""
+        if not self.investigations or self.forensic_seconds <= FORENSIC_BUDGET * run_seconds:
+            return False
+        return all(metric in self._investigated for metric in suspects) or self._leaking()
+
+    def _leaking(self) -> bool:
+        """Does a leak found so far still grow? A benign finding is none, nor one whose growth stopped
+        (report.stopped: what the summary will note as no leak)."""
+        return any(not f.benign and not report.stopped(f, self.monitor, self.settings) for f in self.findings)
+
+    def _join(self, completed: Mapping[str, list[int]]) -> None:
+        """Metrics that become suspect while an investigation is open join it. Each probe is read on a
+        schedule of its own, so two series that grow together (compiles and the resident memory their
+        executables take) close their windows on different samples: apart, the one investigated alone is
+        misnamed (resident memory as native_memory) and the other waits for the investigation budget. The
+        ladders read every metric, so a suspect that joins is judged on the whole window."""
+        assert self.investigation is not None
+        joining = {m: t for m, levels in completed.items()
+                   if m not in self.investigation.suspects and (t := self.monitor.suspicion(m, levels))}
+        if joining:
+            self.monitor.busy(joining)
+            self.investigation.join(joining)
+            self._investigated.update(joining)
+
     def _investigate(self, suspects: dict[str, Any]) -> None:
         self.monitor.busy(suspects)
         self.investigations += 1
+        self._investigated.update(suspects)
         ladder = [c for c in self.practice.cleanups if c.in_ladder]
         self.investigation = Investigation(suspects, self._step, self.settings.investigate_steps,
                                            self.practice.forensics, ladder, self.practice.read, self.guard)

@@ -51,6 +51,11 @@ class Investigation:
         for forensic in self._forensics:
             guard.call(f"forensic {forensic.name}", forensic.begin)
 
+    def join(self, suspects: Mapping[str, Trend]) -> None:
+        """Suspects raised while the window is open: the ladders have read them from its start, so the
+        evidence judges them on the whole window, as if they had been suspect from the first step."""
+        self.suspects.update(suspects)
+
     def due(self, step: int) -> bool:
         return step - self.start_step >= self.length
 
