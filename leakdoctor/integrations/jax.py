@@ -430,19 +430,46 @@ def _rss_part(ev: Evidence, accepted: list[Finding]) -> tuple[str, ...]:
     return (RSS,) if RSS in ev.unexplained(accepted) else ()
 
 
+def _compiled_along(ev: Evidence, accepted: list[Finding]) -> bool:
+    """Did backend compiles keep happening beside a resident growth this investigation confirmed, the
+    compile count not being one of its suspects? Each probe is read on a schedule of its own (a count
+    read every few samples has few windows yet), so the investigation can open on memory alone; the
+    compiles account for it (the executables stay cached) when the count, read by every ladder, rose in
+    each half of the window by at least a compile every other step: a loop that compiles, not a burst."""
+    if COMPILES in ev.suspects or RSS not in ev.unexplained(accepted) or ev.middle is None:
+        return False
+    counts = [ladder.after(COMPILES) for ladder in (ev.begin, ev.middle, ev.end)]
+    spans = (ev.middle.step - ev.start_step, ev.end_step - ev.middle.step)
+    if None in counts:
+        return False
+    return all(later - earlier >= span / 2 for earlier, later, span in zip(counts, counts[1:], spans))
+
+
+def _compile_facts(ev: Evidence) -> str:
+    """'jax_compiles grew 8 in 4 steps (2/step)', also for a count that was not a suspect (whose growth
+    the evidence does not judge): then read from the ladders at the window's ends."""
+    if COMPILES in ev.suspects:
+        return ev.describe(COMPILES)
+    risen = (ev.end.after(COMPILES) or 0.0) - (ev.begin.after(COMPILES) or 0.0)
+    return (f"{COMPILES} grew {format_value(risen, 'count')} in {ev.steps} steps "
+            f"({format_value(risen / ev.steps, 'count')}/step)")
+
+
 def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
     """Backend compiles that keep happening after warm-up: name the function and, where known, why.
 
     The optimizer's re-traced cond is reported on the compile count, which cond_to_where stops. Any other
     cause is reported on resident memory when it grows (jax.clear_caches can bound it), placed where the
     function is defined; else on the compile count, placed at the compiled function: a different place,
-    so compiles that go on after clear_cache bounded the memory are not taken for the memory coming back."""
-    if COMPILES not in ev.unexplained(accepted):
+    so compiles that go on after clear_cache bounded the memory are not taken for the memory coming back.
+    Compiles that grew resident memory before their count was suspect are compile_cache too, not
+    native_memory."""
+    if COMPILES not in ev.unexplained(accepted) and not _compiled_along(ev, accepted):
         return []
     activity: CompileActivity = ev.reports.get("jax_compiles") or CompileActivity({}, [])
     conds: CondReport | None = ev.reports.get("jax_cond_scan")
     rss = _rss_part(ev, accepted)
-    facts = ev.describe(COMPILES) + (f"; compiled in the window: {activity.top()}" if activity.functions else "") \
+    facts = _compile_facts(ev) + (f"; compiled in the window: {activity.top()}" if activity.functions else "") \
         + (f"; {ev.describe(RSS)}, the compiled executables stay cached" if rss else "")
     if conds and conds.retraced and activity.compiled("cond"):
         site = conds.retraced[0]
