@@ -120,18 +120,21 @@ def test_throttled_probe_asks_whether_it_has_anything_to_read_only_when_a_read_i
 
 
 class Dear:
-    """A probe whose every read costs 200 µs of this thread's time (ten times a counter's allowance)."""
+    """A probe whose reads cost 200 µs of this thread's time (ten times a counter's allowance): every
+    read, or only the `only`-th."""
 
     name = "dear"
     every = 1
 
-    def __init__(self, paced: bool) -> None:
+    def __init__(self, paced: bool, only: int | None = None) -> None:
         self.paced = paced
+        self.only = only
         self.reads = 0
 
     def read(self) -> Mapping[str, float]:
         self.reads += 1
-        spin(200e-6)
+        if self.only in (None, self.reads):
+            spin(200e-6)
         return {}
 
     def spec(self, metric: str) -> Any:
@@ -147,3 +150,13 @@ def test_a_probe_that_paces_itself_is_asked_on_every_sample_however_dear_its_rea
         probes.read_due()
     assert paced.reads == 64
     assert plain.reads < 32
+
+
+def test_one_slow_read_does_not_thin_a_cheap_probe():
+    """A counter whose 16th read (the first timed) was slowed, by a garbage collection say, is still read
+    on every sample: its windows close with the other series', so they are investigated together."""
+    counter = Dear(paced=False, only=16)
+    probes = Probes([counter], {}, Guard())
+    for _ in range(64):
+        probes.read_due()
+    assert counter.reads == 64
