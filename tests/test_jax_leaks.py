@@ -264,7 +264,6 @@ def test_nnx_optimizer_gets_the_rewritten_transformation_in_place():
     assert compiles_after(result["summary"], finding["remedy"]["applied_step"] + 3) == 0
 
 
-@pytest.mark.xfail(strict=False, reason="flaky on a loaded 2-core machine since the round-2 merges; see the closing note")
 def test_equinox_loop_with_bare_optax_follows_the_swap_through_doctor_tx():
     summary = isolated(radam_equinox_scenario, 58)["summary"]
     finding = only(summary, "compile_cache")

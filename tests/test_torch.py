@@ -196,7 +196,6 @@ def workers_read_dataset(as_array: bool, steps: int = 625) -> dict:
     return {"summary": doctor.summary.to_dict(), "epoch": len(loader)}
 
 
-@pytest.mark.xfail(strict=False, reason="flaky on a loaded 2-core machine since the round-2 merges; see the closing note")
 def test_dataloader_workers_copying_a_python_list_are_named_within_the_first_epoch():
     result = isolated(workers_read_dataset, False)
     found = finding(result["summary"], "dataloader_workers")
