@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from leakdoctor import oom, remedies
+from leakdoctor import oom, remedies, report
 from leakdoctor.detect import is_material
 from leakdoctor.diagnosis import diagnose, unexplained_notes
 from leakdoctor.guard import Guard
@@ -26,8 +26,8 @@ from leakdoctor.settings import Settings
 from leakdoctor.summary import Finding, RemedyOutcome, format_value
 
 #: Investigations (tracemalloc, gc and tensor censuses, cleanup ladders) may take this share of the run's
-#: time; the first one of each metric is always allowed, so a leak is named however short the run, also
-#: after another metric's growth that was no leak (resident memory warming up) had an investigation.
+#: time; the first one is always allowed, so a leak is named however short the run, and so is the first
+#: of each metric while nothing found so far still leaks (a warm-up's growth took the first one).
 FORENSIC_BUDGET = 0.05
 
 
@@ -138,13 +138,19 @@ class Clinic:
         self.forensic_seconds += time.perf_counter() - start
 
     def _over_budget(self, suspects: Mapping[str, Any], run_seconds: float) -> bool:
-        """Must these suspects wait? Only when investigations have used their share of the run and each
-        suspect has had one already: a metric's first suspicion is always looked into, so that one
-        metric's growth that stopped (investigated first) cannot keep another's leak unnamed until the
-        run has lasted twenty times that investigation."""
-        if False and any(metric not in self._investigated for metric in suspects):
+        """Must these suspects wait? When investigations have used their share of the run, yes, unless
+        one of them has never been investigated and nothing found so far still leaks: a growth that was
+        no leak (resident memory warming up, taken by the first investigation) must not keep another
+        metric's leak unnamed until the run has lasted twenty times that investigation, while a leak
+        still growing is most likely what the other metric sees too."""
+        if not self.investigations or self.forensic_seconds <= FORENSIC_BUDGET * run_seconds:
             return False
-        return self.forensic_seconds > FORENSIC_BUDGET * run_seconds
+        return all(metric in self._investigated for metric in suspects) or self._leaking()
+
+    def _leaking(self) -> bool:
+        """Does a leak found so far still grow? A benign finding is none, nor one whose growth stopped
+        (report.stopped: what the summary will note as no leak)."""
+        return any(not f.benign and not report.stopped(f, self.monitor, self.settings) for f in self.findings)
 
     def _join(self, completed: Mapping[str, list[int]]) -> None:
         """Metrics that become suspect while an investigation is open join it. Each probe is read on a

@@ -1,14 +1,14 @@
 """Reading the probes on a sampled step, each on its own schedule.
 
 A probe is read on every `probe.every`-th sample, and more rarely when its read costs more than
-CHEAP_READ: its measured cost (a robust running average of every TIMED-th read, in this thread's CPU time, which
-other processes on a busy machine do not inflate) sets how many samples to
+CHEAP_READ: its measured cost (a robust running average of the cheaper of two reads in a row every TIMED reads,
+in this thread's CPU time, which other processes on a busy machine do not inflate) sets how many samples to
 skip, so a probe that walks a large model's hooks or lists `jax.live_arrays()` costs about as much per
 sample, on average, as one that reads a counter. A probe that paces itself (`paced`: it decides on each
 sample whether to read, within a budget of its own, as process.Throttled does) is asked on every sample
-and never timed here: its rare dear reads, charged again as the cost of every read, would thin it a second
-time (tens of samples apart), so that its series got too few windows to raise a suspicion in a short run.
-A probe that raises is switched off, once.
+and never timed here: the reads on which it measures, charged again as the cost of every read, would thin
+it a second time (tens of samples apart), so that its series got too few windows to raise a suspicion in
+a short run. A probe that raises is switched off, once.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ from leakdoctor.integrations import MetricSpec, Probe
 #: Seconds a probe may cost per sample on average; a dearer probe is read every ceil(cost / CHEAP_READ)
 #: samples. A counter read costs 1-5 µs; walking hooks or live arrays costs tens to thousands.
 CHEAP_READ = 20e-6
-#: The cost of every TIMED-th read of a probe is measured (timing each read would cost as much as a read).
+#: The cost of two reads in a row of a probe is measured every TIMED reads (timing each read would cost as
+#: much as a read).
 TIMED = 16
 
 
 class _Scheduled:
-    __slots__ = ("probe", "read", "every", "period", "countdown", "reads", "cost", "timed")
+    __slots__ = ("probe", "read", "every", "period", "countdown", "reads", "cost", "timed", "pending")
 
     def __init__(self, probe: Probe) -> None:
         self.probe = probe
@@ -38,6 +39,23 @@ class _Scheduled:
         self.reads = 0
         self.cost = 0.0
         self.timed = not getattr(probe, "paced", False)  # a probe that paces itself is not paced again
+        self.pending: float | None = None  # the cost of the first of two timed reads in a row
+
+    def due_timing(self) -> bool:
+        """Is this read (the `reads`-th) to be timed: the first of a pair, or the second?"""
+        phase = self.reads % TIMED
+        return self.timed and (phase == 0 or phase == 1 and self.pending is not None)
+
+    def timed_read(self, cost: float) -> None:
+        """Hold the first cost of a pair; record the cheaper of the two. One read slowed by something
+        else (a garbage collection, page faults) would otherwise set a counter's period for the next
+        TIMED reads: read every few samples, its series closes windows later than the others', and
+        the investigation opens without it."""
+        if self.pending is None:
+            self.pending = cost
+            return
+        cost, self.pending = min(cost, self.pending), None
+        self.measured(cost)
 
     def measured(self, cost: float) -> None:
         """Record one read's cost and set the period between reads."""
@@ -74,7 +92,7 @@ class Probes:
                 continue
             scheduled.countdown = scheduled.period
             scheduled.reads += 1
-            timed = scheduled.timed and not scheduled.reads % TIMED
+            timed = scheduled.due_timing()
             start = time.thread_time() if timed else time.perf_counter() if not scheduled.timed else 0.0
             try:
                 values = scheduled.read()
@@ -84,7 +102,7 @@ class Probes:
                 self._switch_off(scheduled.probe, err)
                 continue
             if timed:
-                scheduled.measured(time.thread_time() - start)
+                scheduled.timed_read(time.thread_time() - start)
             elif not scheduled.timed:
                 self.paced_seconds += time.perf_counter() - start
             readings.update(values)

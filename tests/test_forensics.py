@@ -1,17 +1,20 @@
 """Forensics on their own, with real processes: the pagemap count of a Python list's pages that a forked
 child copied by reading it (the DataLoader workers' copy-on-read, pytorch#13246), and the throttle of the
-probes whose reads are expensive."""
+probes whose reads are expensive, which the doctor's probe schedule leaves to them."""
 
 from __future__ import annotations
 
 import multiprocessing
 import sys
+import time
 from typing import Any, Mapping
 
 import pytest
 
+from leakdoctor.guard import Guard
 from leakdoctor.integrations.pages import ItemPages
 from leakdoctor.integrations.process import Throttled
+from leakdoctor.probing import Probes
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/pagemap is Linux's")
 
@@ -82,3 +85,78 @@ def test_throttled_probe_waits_to_afford_its_first_read_and_the_ladder_reads_onc
     assert patient.read_now() == {"m": 2.0}
     eager = Counting(budget=0.005, first_cost=0.0)
     assert eager.read() == {"m": 1.0}
+
+
+def spin(seconds: float) -> None:
+    """Spend `seconds` of this thread's CPU time."""
+    start = time.thread_time()
+    while time.thread_time() - start < seconds:
+        pass
+
+
+class Waiting(Counting):
+    """A throttled probe whose reads take 1 ms and that has something to read only once `ready` is set."""
+
+    def __init__(self) -> None:
+        super().__init__(budget=0.005, first_cost=0.0)
+        self.workers = False
+        self.asked = 0
+
+    def ready(self) -> bool:
+        self.asked += 1
+        return self.workers
+
+    def measure(self) -> Mapping[str, float]:
+        spin(0.001)
+        return super().measure()
+
+
+def test_throttled_probe_asks_whether_it_has_anything_to_read_only_when_a_read_is_due():
+    probe = Waiting()
+    assert probe.read() == {} and probe.asked == 1  # due at once, nothing to read yet
+    probe.workers = True
+    assert probe.read() == {"m": 1.0} and probe.asked == 2
+    assert probe.read() == {} and probe.asked == 2  # the next is due in 0.2 s: the clock says so alone
+
+
+class Dear:
+    """A probe whose reads cost 200 µs of this thread's time (ten times a counter's allowance): every
+    read, or only the `only`-th."""
+
+    name = "dear"
+    every = 1
+
+    def __init__(self, paced: bool, only: int | None = None) -> None:
+        self.paced = paced
+        self.only = only
+        self.reads = 0
+
+    def read(self) -> Mapping[str, float]:
+        self.reads += 1
+        if self.only in (None, self.reads):
+            spin(200e-6)
+        return {}
+
+    def spec(self, metric: str) -> Any:
+        return None
+
+
+def test_a_probe_that_paces_itself_is_asked_on_every_sample_however_dear_its_reads():
+    """A dear probe is read more rarely by its measured cost, unless it paces itself (as a throttled
+    probe does, within a budget of its own): thinned twice, its series would get too few windows."""
+    paced, plain = Dear(paced=True), Dear(paced=False)
+    probes = Probes([paced, plain], {}, Guard())
+    for _ in range(64):
+        probes.read_due()
+    assert paced.reads == 64
+    assert plain.reads < 32
+
+
+def test_one_slow_read_does_not_thin_a_cheap_probe():
+    """A counter whose 16th read (the first timed) was slowed, by a garbage collection say, is still read
+    on every sample: its windows close with the other series', so they are investigated together."""
+    counter = Dear(paced=False, only=16)
+    probes = Probes([counter], {}, Guard())
+    for _ in range(64):
+        probes.read_due()
+    assert counter.reads == 64

@@ -22,9 +22,12 @@ from flax.training import train_state
 from helpers import isolated
 
 from leakdoctor.callbacks.flax import LeakDoctor
-from leakdoctor.detect import theil_sen
+from leakdoctor.detect import Trend, theil_sen
+from leakdoctor.diagnosis import Evidence, Ladder
 from leakdoctor.examples import old_radam as old_radam_module
 from leakdoctor.examples.old_radam import old_radam
+from leakdoctor.integrations import MetricSpec
+from leakdoctor.integrations.jax import compile_cache
 
 HERE = Path(__file__)
 #: The old RAdam's source: findings about its lax.cond point there.
@@ -317,3 +320,29 @@ def test_doctor_tx_needs_tx():
     with pytest.raises(ValueError, match="tx="):
         doctor.tx  # noqa: B018
     doctor.finish()
+
+
+def memory_first_evidence(first_half: int, second_half: int) -> Evidence:
+    """An investigation of 4 steps opened on resident memory alone (+3 MiB a step, kept through both
+    halves), the compile count not among its suspects (read every few samples, its windows were too few
+    yet), rising by `first_half` and `second_half` in the halves of the window."""
+    mib = 2**20
+    specs = {"rss_bytes": MetricSpec("rss_bytes", "bytes", source="process"),
+             "jax_compiles": MetricSpec("jax_compiles", "count", source="jax")}
+
+    def ladder(step: int, rss: float, compiles: float) -> Ladder:
+        return Ladder([("before", {"rss_bytes": rss, "jax_compiles": compiles})], step=step)
+
+    rss = Trend("growing", slope=3 * mib)
+    return Evidence(start_step=35, end_step=39, suspects={"rss_bytes": rss}, trends={"rss_bytes": rss}, specs=specs,
+                    begin=ladder(35, 500 * mib, 60), middle=ladder(37, 506 * mib, 60 + first_half),
+                    end=ladder(39, 512 * mib, 60 + first_half + second_half), reports={})
+
+
+def test_compiles_that_grew_resident_memory_first_are_compile_cache_not_native_memory():
+    (found,) = compile_cache(memory_first_evidence(4, 4), [])
+    assert (found.cause, found.metric) == ("compile_cache", "rss_bytes")
+    assert set(found.explains) == {"jax_compiles", "rss_bytes"}
+    assert found.evidence.startswith("jax_compiles grew 8 in 4 steps (2/step)")
+    assert compile_cache(memory_first_evidence(8, 0), []) == []  # a burst of compiles, then none: no loop
+    assert compile_cache(memory_first_evidence(1, 0), []) == []

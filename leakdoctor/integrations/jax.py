@@ -432,15 +432,17 @@ def _rss_part(ev: Evidence, accepted: list[Finding]) -> tuple[str, ...]:
 
 def _compiled_along(ev: Evidence, accepted: list[Finding]) -> bool:
     """Did backend compiles keep happening beside a resident growth this investigation confirmed, the
-    compile count not being one of its suspects? Each probe is read on a schedule of its own, so the
-    count's window can close a sample after resident memory's, and the investigation open on memory
-    alone; the compiles then account for it (the executables stay cached) when their count grows over
-    the run (the detector's trend) and rose on at least half of the window's steps."""
-    if COMPILES in ev.suspects or RSS not in ev.unexplained(accepted):
+    compile count not being one of its suspects? Each probe is read on a schedule of its own (a count
+    read every few samples has few windows yet), so the investigation can open on memory alone; the
+    compiles account for it (the executables stay cached) when the count, read by every ladder, rose in
+    each half of the window by at least a compile every other step: a loop that compiles, not a burst."""
+    if COMPILES in ev.suspects or RSS not in ev.unexplained(accepted) or ev.middle is None:
         return False
-    trend, before, after = ev.trends.get(COMPILES), ev.begin.after(COMPILES), ev.end.after(COMPILES)
-    return trend is not None and trend.growing and before is not None and after is not None \
-        and after - before >= ev.steps / 2
+    counts = [ladder.after(COMPILES) for ladder in (ev.begin, ev.middle, ev.end)]
+    spans = (ev.middle.step - ev.start_step, ev.end_step - ev.middle.step)
+    if None in counts:
+        return False
+    return all(later - earlier >= span / 2 for earlier, later, span in zip(counts, counts[1:], spans))
 
 
 def _compile_facts(ev: Evidence) -> str:
@@ -450,7 +452,7 @@ def _compile_facts(ev: Evidence) -> str:
         return ev.describe(COMPILES)
     risen = (ev.end.after(COMPILES) or 0.0) - (ev.begin.after(COMPILES) or 0.0)
     return (f"{COMPILES} grew {format_value(risen, 'count')} in {ev.steps} steps "
-            f"({format_value(ev.rate(COMPILES), 'count')}/step)")
+            f"({format_value(risen / ev.steps, 'count')}/step)")
 
 
 def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:

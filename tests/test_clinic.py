@@ -1,0 +1,79 @@
+"""The clinic's scheduling of investigations, on series fed by hand (no framework, no training loop):
+a metric that becomes suspect while an investigation is open joins it, and once investigations have
+used their budget, a suspect waits if it was investigated before or while a leak found so far still
+grows, but not the first suspicion of another metric after a growth that stopped (a warm-up)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from leakdoctor.clinic import Clinic, Practice
+from leakdoctor.detect import Trend
+from leakdoctor.guard import Guard
+from leakdoctor.integrations import MetricSpec
+from leakdoctor.monitor import Monitor
+from leakdoctor.settings import Settings
+from leakdoctor.summary import Finding
+
+MIB = 2**20
+SPECS = {name: MetricSpec(name, "bytes") for name in ("a", "b")}
+GROWING = Trend("growing", slope=MIB)
+Readings = Callable[[int], dict[str, float]]
+
+
+def fed(readings: Readings, steps: int, treat: bool = True) -> Clinic:
+    """A clinic at the default settings (warm-up 20, windows of 6 steps) whose series got `readings(step)`
+    on steps 1 to `steps`, each sample handed on to the clinic as the doctor does (unless not `treat`)."""
+    settings = Settings.create(verbose=False)
+    monitor = Monitor(settings)
+    now = [0]
+    practice = Practice(forensics=[], cleanups=[], rules=[], targets={}, read=lambda: readings(now[0]))
+    clinic = Clinic(settings, monitor, practice, Guard(), lambda message: None)
+    for step in range(1, steps + 1):
+        now[0] = step
+        completed = monitor.record(step, readings(step), SPECS.__getitem__)
+        if treat:
+            clinic.after_sample(step, completed, {}, 0.001, 1.0)
+    return clinic
+
+
+def over_budget(clinic: Clinic, investigated: str, suspect: str) -> bool:
+    """Would `suspect` wait, after one investigation of `investigated` that took the whole budget?"""
+    clinic.investigations, clinic.forensic_seconds = 1, 1.0
+    clinic._investigated.add(investigated)
+    return clinic._over_budget({suspect: GROWING}, run_seconds=1.0)
+
+
+def test_a_metric_suspect_a_sample_later_joins_the_open_investigation():
+    """a and b grow together, but b is read every sixth step only (a dearer probe): its windows close
+    a few samples after a's, when a's investigation is open already."""
+    def readings(step: int) -> dict[str, float]:
+        return {"a": 100 * MIB + step * MIB, **({"b": 50 * MIB + step * MIB} if step % 6 == 0 else {})}
+
+    clinic = fed(readings, steps=62)  # a is suspect at step 57, b at step 60; the window ends at 65
+    assert clinic.investigations == 1
+    assert clinic.investigation is not None and set(clinic.investigation.suspects) == {"a", "b"}
+
+
+def test_the_budget_holds_back_a_metric_investigated_before():
+    clinic = fed(lambda step: {"a": 100 * MIB}, steps=60, treat=False)
+    assert over_budget(clinic, "a", "a")
+    assert not clinic._over_budget({"a": GROWING}, run_seconds=100.0)  # 5% of a longer run pays for it
+
+
+def test_the_budget_lets_a_new_metric_through_after_a_growth_that_stopped():
+    """a grew through the first windows and stopped (its finding is no leak any more): b's first
+    suspicion is investigated at once, as it would have been had a not come first."""
+    clinic = fed(lambda step: {"a": 100 * MIB + min(step, 60) * MIB, "b": 100 * MIB}, steps=300, treat=False)
+    clinic.findings.append(Finding("native_memory", "a", 30, 60, MIB, "bytes", None, "grew", "look"))
+    assert not over_budget(clinic, "a", "b")
+
+
+def test_the_budget_holds_back_a_new_metric_while_a_leak_found_still_grows():
+    """a still grows: what b sees is most likely the same leak, and b waits for the budget; a benign
+    finding (an allocator's cache) holds nothing back."""
+    clinic = fed(lambda step: {"a": 100 * MIB + step * MIB, "b": 100 * MIB}, steps=300, treat=False)
+    clinic.findings.append(Finding("native_memory", "a", 30, 60, MIB, "bytes", None, "grew", "look"))
+    assert over_budget(clinic, "a", "b")
+    clinic.findings[0].benign = True
+    assert not over_budget(clinic, "a", "b")
