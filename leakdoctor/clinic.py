@@ -196,8 +196,14 @@ class Clinic:
         self.monitor.cool(set(investigation.suspects) - explained, self._step)
 
     def _record(self, found: Finding) -> Finding:
-        """Add a new finding, or refresh the one with the same cause and place."""
+        """Add a new finding, or refresh the one with the same cause and place, or the benign cache that
+        the same cleanup empties (MLX's buffer cache seen first in its own series, later in resident
+        memory: one cache, named by what takes it back)."""
         for finding in self.findings:
+            if finding.benign and found.benign and finding.cause == found.cause and \
+                    found.reclaimed_by is not None and finding.reclaimed_by == found.reclaimed_by:
+                finding.explains = tuple(dict.fromkeys([*finding.explains, *found.explains]))
+                return finding
             if finding.key == found.key:
                 if finding.remedy and finding.remedy.effective:
                     finding.remedy.effective = False

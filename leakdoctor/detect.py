@@ -40,6 +40,8 @@ class Trend:
     p_value: float = 1.0
     onset_step: int | None = None
     windows: int = 0
+    first: float = 0.0  # the first window minimum fitted, and the steps the fit spans (Monitor.trend_since)
+    span: int = 0
 
     @property
     def growing(self) -> bool:

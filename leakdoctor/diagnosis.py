@@ -112,7 +112,10 @@ class Evidence:
         return self.survives(metric) or self.reclaimed_by(metric) is not None
 
     def growth(self, metric: str) -> float:
-        """How much the metric grew during the window: what survived, or what its rung took back."""
+        """How much the metric grew during the window: what survived, or what its rung took back; for a
+        metric that is no suspect, what the ladders saw it grow."""
+        if metric not in self.suspects:
+            return self.residual(metric)
         if self.survives(metric):
             return self.residual(metric)
         rung = self.reclaimed_by(metric)
@@ -133,7 +136,7 @@ class Evidence:
     def describe(self, metric: str) -> str:
         """'rss_bytes grew 1.2 MiB in 10 steps (120.0 KiB/step)'."""
         unit = self.specs[metric].unit if metric in self.specs else "count"
-        steps = self.steps if self.survives(metric) else self.last_span
+        steps = self.steps if metric not in self.suspects or self.survives(metric) else self.last_span
         return (f"{metric} grew {format_value(self.growth(metric), unit)} in {steps} steps "
                 f"({format_value(self.rate(metric), unit)}/step)")
 

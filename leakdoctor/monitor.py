@@ -85,7 +85,9 @@ class Monitor:
         """Trend of the level-0 minima after `since`; its slope is fitted over all of them."""
         steps, minima = self.series[metric].minima(0, since)
         trend = assess(steps, minima, self.settings.alpha)
-        return dataclasses.replace(trend, slope=theil_sen(steps, minima)[0], windows=len(minima))
+        return dataclasses.replace(trend, slope=theil_sen(steps, minima)[0], windows=len(minima),
+                                   first=float(minima[0]) if len(minima) else 0.0,
+                                   span=int(steps[-1] - steps[0]) if len(steps) else 0)
 
     def windows_since(self, metric: str, since: int) -> int:
         return len(self.series[metric].minima(0, since)[1]) if metric in self.series else 0

@@ -4,8 +4,10 @@ costs, leaving out those dearer than OUTLIER times their median (a first call, a
 busy machine), which cannot dominate, while the usual dear runs (a window that closes and runs the
 statistics) are paid for. What was spent beyond the budget so far (the first runs, close together while
 the cost is learnt; an estimate that fell short) widens the interval until it is paid back, so the
-budget holds over the run, not only per run. The first run (one-time costs) is left out of the
-estimate (not of what was spent), and the interval grows at most twofold at a time."""
+budget holds over the run, not only per run; but at most DEBT_STRETCH times the interval the cost
+alone needs, so that a one-time cost (a first read that registers a watched object, an import) is paid
+back slowly rather than blinding the doctor for hundreds of steps. The first run (one-time costs) is
+left out of the estimate (not of what was spent), and the interval grows at most twofold at a time."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ RECENT = 32
 PAYBACK = 4
 #: A run dearer than this many times the median of the recent ones is an accident, not a cost.
 OUTLIER = 4.0
+#: Paying back a debt stretches the interval at most this many times what the cost alone needs.
+DEBT_STRETCH = 2
 
 
 class Pacer:
@@ -44,7 +48,7 @@ class Pacer:
         self.cost = typical_mean(self._recent)
         if self.cost > 0 and step_seconds > 0:
             debt = max(0.0, self._spent - self._allowed) / PAYBACK
-            wanted = math.ceil((self.cost + debt) / (self.budget * step_seconds))
+            wanted = math.ceil(min(self.cost + debt, DEBT_STRETCH * self.cost) / (self.budget * step_seconds))
             self.every = max(self.minimum, min(wanted, 2 * self.every, self.maximum))
         return self.every
 

@@ -20,6 +20,9 @@ from leakdoctor.integrations.source import code_location, is_engine, is_user_fil
 from leakdoctor.summary import Finding, format_value
 
 CONTAINERS = (list, dict, set, frozenset, tuple, deque)
+#: A count whose items hold too little to matter is still a leak when the step's CPU time rose by this
+#: share of itself while it grew: a step a fifth slower is felt over a run, machine drift is not as large.
+SLOWER = 0.2
 def type_name(t: type) -> str:
     return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
@@ -307,14 +310,14 @@ def container_rule(watchlist: Watchlist) -> Rule:
 
     def container_growth(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         found = []
-        for metric in ev.unexplained(accepted):
+        for metric, gained in _grown_containers(ev, accepted):
             spec = ev.specs[metric]
-            if spec.source not in ("gauge", "container"):
-                continue
             container = watchlist.container(metric)
-            items = new_items(container, int(ev.growth(metric)))
-            held = new_items_bytes(container, int(ev.growth(metric)))
+            items = new_items(container, gained)
+            held = new_items_bytes(container, gained)
             graphs = any(getattr(item, "grad_fn", None) is not None for item in items)  # sizes hide graphs
+            if metric not in ev.suspects and not (held and _holds_the_rss_growth(ev, held)):
+                continue
             if not graphs and not _costs_something(ev, metric, held):
                 ev.note(metric, f"{ev.describe(metric)}" + (f", holding about {format_value(held, 'bytes')}"
                         if held else "") + ": too little to matter over the run, and step time is flat: "
@@ -333,12 +336,24 @@ def container_rule(watchlist: Watchlist) -> Rule:
     return Rule(50, container_growth)
 
 
+def _grown_containers(ev: Evidence, accepted: list[Finding]) -> list[tuple[str, int]]:
+    """Watched containers and gauges to judge, with the items each gained in the window: the suspects;
+    and, when resident memory is a suspect nothing explains yet, any other that grew between the ladders
+    (each series raises its suspicion on its own windows, so a list of arrays can make resident memory
+    suspect first: named by its length, as when its length is suspect first, it is one finding)."""
+    unexplained = ev.unexplained(accepted)
+    grown = [(m, int(ev.growth(m))) for m in unexplained if ev.specs[m].source in ("gauge", "container")]
+    if "rss_bytes" in unexplained:
+        grown += [(m, int(ev.residual(m))) for m, spec in ev.specs.items()
+                  if spec.source == "container" and m not in ev.suspects and ev.residual(m) >= 1]
+    return grown
+
+
 def _costs_something(ev: Evidence, metric: str, held: float) -> bool:
     """A count that grows is a leak when what it holds is material in bytes over the horizon (a gauge's
     items are unknown: resident memory's trend stands for them), or when step time rises with it (a
     collection walked every step: the Burn case)."""
-    cpu = ev.trends.get("step_cpu_seconds")
-    if cpu is not None and cpu.growing:
+    if slows_the_step(ev):
         return True
     rss = ev.specs.get("rss_bytes")
     level = ev.begin.after("rss_bytes") or 0.0
@@ -362,11 +377,19 @@ def _holds_the_rss_growth(ev: Evidence, held: float) -> bool:
     return trend is not None and held >= 0.3 * max(trend.slope, 0.0) * ev.steps
 
 
+def slows_the_step(ev: Evidence) -> bool:
+    """Has the CPU time per step grown by SLOWER of itself over the windows its trend spans (the Burn
+    case: a collection walked every step)? A significant trend alone is not enough: on a busy machine
+    the step's CPU time drifts up by a few percent (caches and memory bandwidth shared with others)."""
+    trend = ev.trends.get("step_cpu_seconds")
+    return trend is not None and trend.growing and trend.slope * trend.span >= SLOWER * trend.first > 0
+
+
 def step_time_note(ev: Evidence) -> str:
     """'; step time rising ...' when the CPU time per step grows (the Burn case: a collection walked
     every step)."""
     trend = ev.trends.get("step_cpu_seconds")
-    if trend is None or not trend.growing:
+    if trend is None or not slows_the_step(ev):
         return ""
     return f"; CPU time per step rising by {format_value(trend.slope, 'seconds')}/step"
 

@@ -1,0 +1,58 @@
+"""The container rule on evidence built by hand around a real watched object: a list of arrays that made
+resident memory suspect before its own length was is named by its attribute, once, as when its length
+is suspect first; a loss history next to a resident growth is not blamed for it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from leakdoctor.detect import Trend
+from leakdoctor.diagnosis import Evidence, Ladder
+from leakdoctor.guard import Guard
+from leakdoctor.integrations import MetricSpec
+from leakdoctor.integrations.python import Watchlist, container_rule
+
+MIB = 2**20
+STEPS = 8
+
+
+class Trainer:
+    def __init__(self) -> None:
+        self.kept: list[np.ndarray] = []
+        self.losses: list[float] = []
+
+
+def rss_first(trainer: Trainer, kept: int, losses: int) -> tuple[Watchlist, Evidence]:
+    """A window of 8 steps opened on resident memory alone (+1 MiB a step); the trainer's lists gained
+    `kept` arrays of 1 MiB and `losses` floats between the ladders."""
+    watchlist = Watchlist(Guard())
+    watchlist.add_object(trainer, "trainer", include_private=False)
+    start = dict(watchlist.read())
+    trainer.kept += [np.ones(MIB // 8) for _ in range(kept)]
+    trainer.losses += [0.5] * losses
+    end = dict(watchlist.read())
+    specs = {"rss_bytes": MetricSpec("rss_bytes", "bytes", source="process"),
+             **{m: watchlist.spec(m) for m in start}}
+    rss = Trend("growing", slope=MIB)
+    begin = Ladder([("before", {"rss_bytes": 500.0 * MIB, **start})], step=40)
+    finish = Ladder([("before", {"rss_bytes": 508.0 * MIB, **end})], step=40 + STEPS)
+    evidence = Evidence(start_step=40, end_step=40 + STEPS, suspects={"rss_bytes": rss}, trends={"rss_bytes": rss},
+                        specs=specs, begin=begin, end=finish, reports={})
+    return watchlist, evidence
+
+
+def test_a_list_of_arrays_that_made_resident_memory_suspect_is_named_by_its_attribute():
+    trainer = Trainer()  # the watchlist holds it weakly
+    watchlist, evidence = rss_first(trainer, kept=STEPS, losses=STEPS)
+    (found,) = container_rule(watchlist).fn(evidence, [])
+    assert (found.cause, found.metric) == ("container_growth", "len(trainer.kept)")
+    assert found.location.startswith("Trainer.kept (")
+    assert set(found.explains) == {"len(trainer.kept)", "rss_bytes"}
+    assert found.evidence.startswith("len(trainer.kept) grew 8 in 8 steps (1/step), about 8.0 MiB of new items")
+    assert found.rate_per_step == 1.0
+
+
+def test_a_loss_history_does_not_take_a_resident_growth_it_cannot_hold():
+    trainer = Trainer()
+    watchlist, evidence = rss_first(trainer, kept=0, losses=STEPS)
+    assert container_rule(watchlist).fn(evidence, []) == []
