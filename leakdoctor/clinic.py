@@ -187,7 +187,7 @@ class Clinic:
         for found in findings:
             finding = self._record(found)
             explained.update(finding.explains)
-            if self._treat(finding):
+            if finding.key == found.key and self._treat(finding):  # a cache merged into another is treated there
                 continue
             if finding.benign:
                 self.monitor.cool(finding.explains, self._step)

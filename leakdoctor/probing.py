@@ -8,7 +8,10 @@ sample, on average, as one that reads a counter. A probe that paces itself (`pac
 sample whether to read, within a budget of its own, as process.Throttled does) is asked on every sample
 and never timed here: the reads on which it measures, charged again as the cost of every read, would thin
 it a second time (tens of samples apart), so that its series got too few windows to raise a suspicion in
-a short run. A probe that raises is switched off, once.
+a short run. A probe whose read is the floor of a sample (`essential`: resident memory's single pread)
+is read on every sample whatever its measured cost, which after a step that evicted the caches is mostly
+cache misses that any read would pay: thinned, the series that finds most leaks would close its windows
+half as often. A probe that raises is switched off, once.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ TIMED = 16
 
 
 class _Scheduled:
-    __slots__ = ("probe", "read", "every", "period", "countdown", "reads", "cost", "timed", "pending")
+    __slots__ = ("probe", "read", "every", "period", "countdown", "reads", "cost", "timed", "paced", "pending")
 
     def __init__(self, probe: Probe) -> None:
         self.probe = probe
@@ -38,7 +41,8 @@ class _Scheduled:
         self.countdown = 0
         self.reads = 0
         self.cost = 0.0
-        self.timed = not getattr(probe, "paced", False)  # a probe that paces itself is not paced again
+        self.paced = bool(getattr(probe, "paced", False))  # a probe that paces itself is not paced again
+        self.timed = not self.paced and not getattr(probe, "essential", False)
         self.pending: float | None = None  # the cost of the first of two timed reads in a row
 
     def due_timing(self) -> bool:
@@ -93,7 +97,7 @@ class Probes:
             scheduled.countdown = scheduled.period
             scheduled.reads += 1
             timed = scheduled.due_timing()
-            start = time.thread_time() if timed else time.perf_counter() if not scheduled.timed else 0.0
+            start = time.thread_time() if timed else time.perf_counter() if scheduled.paced else 0.0
             try:
                 values = scheduled.read()
                 if not values.keys() <= self._specs.keys():
@@ -103,7 +107,7 @@ class Probes:
                 continue
             if timed:
                 scheduled.timed_read(time.thread_time() - start)
-            elif not scheduled.timed:
+            elif scheduled.paced:
                 self.paced_seconds += time.perf_counter() - start
             readings.update(values)
         return readings

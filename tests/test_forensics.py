@@ -160,3 +160,19 @@ def test_one_slow_read_does_not_thin_a_cheap_probe():
     for _ in range(64):
         probes.read_due()
     assert counter.reads == 64
+
+
+class Floor(Dear):
+    """A probe whose every read costs 200 µs, like a counter read after a step that evicted the caches,
+    which the sample exists for."""
+
+    essential = True
+
+
+def test_an_essential_probe_is_read_on_every_sample_however_dear_and_its_cost_is_paced():
+    probe = Floor(paced=False)
+    probes = Probes([probe], {}, Guard())
+    for _ in range(64):
+        probes.read_due()
+    assert probe.reads == 64
+    assert probes.paced_seconds == 0.0  # its reads are the sample's cost: the doctor's pacer counts them

@@ -45,7 +45,8 @@ class Probe(Protocol):
     whose read is expensive throttles itself (see process.Throttled), says so with `paced = True` (the
     doctor then asks it on every sample instead of also reading it more rarely by its measured cost), and
     also defines `read_now()`, an unthrottled read, which the cleanup ladder of an investigation uses. A
-    probe that holds something open (a file descriptor) defines `close()`, which the doctor calls at
+    probe whose read is the floor of a sample (one counter that most leaks show in) says `essential =
+    True`: it is read on every sample, never thinned by its cost. A probe that holds something open (a file descriptor) defines `close()`, which the doctor calls at
     finish. A probe whose metric names are known before it reads lists them in `metrics`, so that a user
     gauge cannot take one of those names."""
 

@@ -87,6 +87,7 @@ class RssProbe:
 
     name = "rss"
     every = 1
+    essential = True  # read on every sample: what the sample is for (probing.py)
     metrics = ("rss_bytes",)
 
     def __init__(self, limit: float | None) -> None:
