@@ -23,6 +23,8 @@ CONTAINERS = (list, dict, set, frozenset, tuple, deque)
 #: A count whose items hold too little to matter is still a leak when the step's CPU time rose by this
 #: share of itself while it grew: a step a fifth slower is felt over a run, machine drift is not as large.
 SLOWER = 0.2
+
+
 def type_name(t: type) -> str:
     return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
