@@ -46,9 +46,9 @@ class Probe(Protocol):
     doctor then asks it on every sample instead of also reading it more rarely by its measured cost), and
     also defines `read_now()`, an unthrottled read, which the cleanup ladder of an investigation uses. A
     probe whose read is the floor of a sample (one counter that most leaks show in) says `essential =
-    True`: it is read on every sample, never thinned by its cost. A probe that holds something open (a file descriptor) defines `close()`, which the doctor calls at
-    finish. A probe whose metric names are known before it reads lists them in `metrics`, so that a user
-    gauge cannot take one of those names."""
+    True`: it is read on every sample, never thinned by its cost. A probe that holds something open (a
+    file descriptor) defines `close()`, which the doctor calls at finish. A probe whose metric names are
+    known before it reads lists them in `metrics`, so that a user gauge cannot take one of those names."""
 
     name: str
     every: int

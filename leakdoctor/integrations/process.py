@@ -199,8 +199,11 @@ class WorkerProbe(Throttled):
         self.last: dict[int, tuple[float, float]] = {}
 
     def ready(self) -> bool:
-        """Children to read (most runs have none)."""
-        return bool(multiprocessing.active_children())
+        """Children to read (most runs have none); without any, the last sizes read are gone too."""
+        if multiprocessing.active_children():
+            return True
+        self.last = {}
+        return False
 
     def measure(self) -> Mapping[str, float]:
         per_worker = {}

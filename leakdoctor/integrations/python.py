@@ -346,8 +346,8 @@ def _grown_containers(ev: Evidence, accepted: list[Finding]) -> list[tuple[str, 
     unexplained = ev.unexplained(accepted)
     grown = [(m, int(ev.growth(m))) for m in unexplained if ev.specs[m].source in ("gauge", "container")]
     if "rss_bytes" in unexplained:
-        grown += [(m, int(ev.residual(m))) for m, spec in ev.specs.items()
-                  if spec.source == "container" and m not in ev.suspects and ev.residual(m) >= 1]
+        others = (m for m, spec in ev.specs.items() if spec.source == "container" and m not in ev.suspects)
+        grown += [(m, gained) for m in others if (gained := int(ev.growth(m))) >= 1]
     return grown
 
 
@@ -390,10 +390,9 @@ def slows_the_step(ev: Evidence) -> bool:
 def step_time_note(ev: Evidence) -> str:
     """'; step time rising ...' when the CPU time per step grows (the Burn case: a collection walked
     every step)."""
-    trend = ev.trends.get("step_cpu_seconds")
-    if trend is None or not slows_the_step(ev):
+    if not slows_the_step(ev):
         return ""
-    return f"; CPU time per step rising by {format_value(trend.slope, 'seconds')}/step"
+    return f"; CPU time per step rising by {format_value(ev.trends['step_cpu_seconds'].slope, 'seconds')}/step"
 
 
 def garbage_cycles(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
