@@ -77,7 +77,9 @@ def test_a_list_of_1_mib_arrays_next_to_the_loss_history_is_found() -> None:
     """Found once, by whichever series is suspect first: the list's length (named by its attribute) or
     resident memory (named by the line that appends)."""
     summary = isolated(numpy_loop, "arrays", steps=300)
-    (finding,) = [f for f in summary["findings"] if not f["benign"]]
+    leaks = [f for f in summary["findings"] if not f["benign"]]
+    assert len(leaks) == 1, [(f["cause"], f["metric"], f["detected_step"], f["evidence"]) for f in leaks]
+    (finding,) = leaks
     if finding["cause"] == "container_growth":
         assert finding["metric"] == "len(trainer.kept)" and "Trainer.kept" in finding["location"]
         assert finding["rate_per_step"] == pytest.approx(1.0, rel=0.05)
