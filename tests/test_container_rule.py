@@ -56,3 +56,35 @@ def test_a_loss_history_does_not_take_a_resident_growth_it_cannot_hold():
     trainer = Trainer()
     watchlist, evidence = rss_first(trainer, kept=0, losses=STEPS)
     assert container_rule(watchlist).fn(evidence, []) == []
+
+
+def slower_steps(items: list) -> list:
+    """The container rule's findings for a watched list that gained `items` in a window of 8 steps and
+    was the suspect, while the step's CPU time rose from 5 ms by half over 200 steps."""
+    trainer = Trainer()
+    watchlist = Watchlist(Guard())
+    watchlist.add_object(trainer, "trainer", include_private=False)
+    start = dict(watchlist.read())
+    trainer.losses += items
+    end = dict(watchlist.read())
+    metric = "len(trainer.losses)"
+    specs = {"rss_bytes": MetricSpec("rss_bytes", "bytes", source="process"),
+             "step_cpu_seconds": MetricSpec("step_cpu_seconds", "seconds", source="process"),
+             **{m: watchlist.spec(m) for m in start}}
+    count = Trend("growing", slope=1.0)
+    cpu = Trend("growing", slope=2.5e-3 / 200, first=5e-3, span=200)
+    begin = Ladder([("before", {"rss_bytes": 500.0 * MIB, **start})], step=40)
+    finish = Ladder([("before", {"rss_bytes": 500.0 * MIB, **end})], step=40 + STEPS)
+    evidence = Evidence(start_step=40, end_step=40 + STEPS, suspects={metric: count},
+                        trends={metric: count, "step_cpu_seconds": cpu}, specs=specs, begin=begin, end=finish,
+                        reports={})
+    return container_rule(watchlist).fn(evidence, [])
+
+
+def test_a_history_of_floats_is_no_leak_however_the_step_slowed_but_a_walked_list_is():
+    """A step that got slower while a loss history grew was slowed by something else (a busy machine):
+    walking one float more a step cannot cost that. A list of lists that grows as the step slows is the
+    Burn case, found by the step time although its items hold little."""
+    assert slower_steps([0.5] * STEPS) == []
+    (found,) = slower_steps([[0.5] for _ in range(STEPS)])
+    assert found.cause == "container_growth" and "CPU time per step rising" in found.evidence

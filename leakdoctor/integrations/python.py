@@ -5,6 +5,7 @@ gc.collect cleanup rung, and the rules for container_growth and python_objects."
 from __future__ import annotations
 
 import gc
+import numbers
 import sys
 import tracemalloc
 import weakref
@@ -320,7 +321,7 @@ def container_rule(watchlist: Watchlist) -> Rule:
             graphs = any(getattr(item, "grad_fn", None) is not None for item in items)  # sizes hide graphs
             if metric not in ev.suspects and not (held and _holds_the_rss_growth(ev, held)):
                 continue
-            if not graphs and not _costs_something(ev, metric, held):
+            if not graphs and not _costs_something(ev, metric, held, history=_numbers(items)):
                 ev.note(metric, f"{ev.describe(metric)}" + (f", holding about {format_value(held, 'bytes')}"
                         if held else "") + ": too little to matter over the run, and step time is flat: "
                         "a history, not a leak")
@@ -351,11 +352,18 @@ def _grown_containers(ev: Evidence, accepted: list[Finding]) -> list[tuple[str, 
     return grown
 
 
-def _costs_something(ev: Evidence, metric: str, held: float) -> bool:
+def _numbers(items: list[Any]) -> bool:
+    """Plain numbers only (a loss history of floats, a list of step counts)."""
+    return bool(items) and all(isinstance(item, numbers.Number) for item in items)
+
+
+def _costs_something(ev: Evidence, metric: str, held: float, history: bool = False) -> bool:
     """A count that grows is a leak when what it holds is material in bytes over the horizon (a gauge's
     items are unknown: resident memory's trend stands for them), or when step time rises with it (a
-    collection walked every step: the Burn case)."""
-    if slows_the_step(ev):
+    collection walked every step: the Burn case), unless it is a `history` of plain numbers: walking
+    one number a step more cannot make a step a fifth slower, and a step that got slower while a loss
+    history grew was slowed by something else (a busy machine)."""
+    if not history and slows_the_step(ev):
         return True
     rss = ev.specs.get("rss_bytes")
     level = ev.begin.after("rss_bytes") or 0.0
