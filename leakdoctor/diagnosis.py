@@ -15,6 +15,10 @@ from leakdoctor.guard import Guard
 from leakdoctor.integrations import MetricSpec, Rule
 from leakdoctor.summary import Finding, format_value
 
+#: What the cleanup ladder reads besides the series (process.RssProbe.read_now): what backs resident
+#: memory, malloc's bytes in use and the mapped address space.
+HEAP, MAPPED = "heap_bytes", "mapped_bytes"
+
 #: Fraction of the growth the suspicion's slope predicts for the window that must be accounted for:
 #: still there after the cleanup ladder (a real leak), or taken back by one rung (named by it).
 ACCOUNTED = 0.5
@@ -85,13 +89,31 @@ class Evidence:
     def survives(self, metric: str) -> bool:
         """A suspect whose growth survived the cleanup ladder, in both halves of the window: a leak."""
         need = ACCOUNTED * self.expected(metric)
-        if need <= 0 or self.residual(metric) < need:
+        return need > 0 and self._kept(metric, need)
+
+    def _kept(self, metric: str, need: float) -> bool:
+        """Did `metric`, read after each ladder, grow by `need` over the window, and by half of it in each
+        half (where a middle ladder read it)?"""
+        if self.residual(metric) < need:
             return False
         middle = self.middle.after(metric) if self.middle else None
         if middle is None:
             return True
         start, stop = self.begin.after(metric), self.end.after(metric)
         return middle - start >= need / 2 and stop - middle >= need / 2  # type: ignore[operator]
+
+    def refilled(self, metric: str) -> bool:
+        """Did resident memory that survived the ladder only grow back into pages the first ladder's
+        malloc_trim returned? Its cleaned level is still below where the window began, and nothing new
+        was allocated for it: neither malloc's bytes in use nor the mapped address space kept the growth
+        through the window. After a trim, a step's small allocations that last land in returned pages
+        and fault them in again (a Lightning run: ~90 KiB a step, for a few hundred steps), which the
+        run without the ladder never does. Unknown (False) where malloc cannot be asked."""
+        stop, before = self.end.after(metric), self.begin.before(metric)
+        if stop is None or before is None or stop > before or self.begin.after(HEAP) is None:
+            return False
+        need = ACCOUNTED * self.expected(metric)
+        return not any(self._kept(backing, need) for backing in (HEAP, MAPPED))
 
     @property
     def last_span(self) -> int:
@@ -199,6 +221,11 @@ def fallback(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         if ev.specs[metric].unit != "bytes" or not ev.survives(metric):
             continue
         native = metric == "rss_bytes"
+        if native and ev.refilled(metric):
+            ev.note(metric, f"{ev.describe(metric)} into pages the cleanup's malloc_trim had returned, with "
+                            f"nothing newly allocated (malloc's bytes in use and the mapped size kept level): "
+                            f"the allocator reusing its memory, not a leak")
+            continue
         found.append(ev.finding(
             "native_memory" if native else "device_arrays", metric,
             evidence=f"{ev.describe(metric)}, survived cleanup, and no Python allocation or framework "

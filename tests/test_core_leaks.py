@@ -4,8 +4,10 @@ remedy is applied and verified, and the doctor does not change the losses."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import inspect
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +77,32 @@ def train(plant: str, steps: int = 400, **doctor_args: object) -> dict:
     return {"summary": doctor.summary.to_dict(), "losses": losses}
 
 
+def train_leaking_native_memory(steps: int = 300) -> dict:
+    """A C library that mallocs 120 KiB a step and never frees it, in a process whose C heap holds 12 MiB
+    of freed 96 KiB holes, which the first ladder's malloc_trim returns: the leak (too big for a hole)
+    grows below where the window began, as a refill of the returned pages would, and malloc's bytes in
+    use tell the two apart."""
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    chunks = [libc.malloc(96 * 1024) for _ in range(256)]
+    for chunk in chunks:
+        ctypes.memset(chunk, 1, 96 * 1024)
+    for chunk in chunks[::2]:  # every other one: the kept ones pin the holes, which free() keeps
+        libc.free(chunk)
+    x, y = data()
+    model, leaked = MLP(), []
+    with LeakDoctor(verbose=False) as doctor:
+        for _ in range(steps):
+            model.step(x, y)
+            leaked.append(libc.malloc(120 * 1024))
+            ctypes.memset(leaked[-1], 1, 120 * 1024)
+            doctor.step()
+    for chunk in leaked + chunks[1::2]:
+        libc.free(chunk)
+    return doctor.summary.to_dict()
+
+
 def train_without_gc(steps: int, **doctor_args: object) -> dict:
     gc.disable()
     return train("cycles", steps, **doctor_args)
@@ -128,6 +156,15 @@ def test_a_watched_attribute_that_grows_is_named():
     assert finding["cause"] == "container_growth" and finding["metric"] == "len(trainer.history)"
     assert finding["location"].startswith("Trainer.history")
     assert "rss_bytes" not in {f["metric"] for f in leaks(result)}  # explained by the container
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc and malloc_trim")
+def test_native_memory_that_grows_back_into_trimmed_pages_is_still_a_leak():
+    summary = isolated(train_leaking_native_memory)
+    (finding,) = [f for f in summary["findings"] if not f["benign"]]
+    assert (finding["cause"], finding["metric"]) == ("native_memory", "rss_bytes")
+    assert finding["rate_per_step"] == pytest.approx(120 * 1024, rel=0.5)
+    assert not any("malloc_trim had returned" in note for note in summary["notes"])
 
 
 @pytest.mark.parametrize("plant", ["none", "cache", "spike", "noise"])

@@ -17,7 +17,7 @@ from typing import Callable, Mapping
 import psutil
 
 from leakdoctor import limits
-from leakdoctor.diagnosis import Evidence
+from leakdoctor.diagnosis import HEAP, MAPPED, Evidence
 from leakdoctor.integrations import Cleanup, Integration, MetricSpec, Rule
 from leakdoctor.summary import Finding, format_value
 
@@ -83,7 +83,10 @@ class RssReader:
 
 
 class RssProbe:
-    """Resident memory, less tracemalloc's own memory while an investigation traces allocations."""
+    """Resident memory, less tracemalloc's own memory while an investigation traces allocations. The
+    cleanup ladder also reads what backs it (`read_now`): malloc's bytes in use and the mapped address
+    space, by which an investigation tells memory newly allocated from pages that the allocator touches
+    again after a ladder's malloc_trim returned them (Evidence.refilled)."""
 
     name = "rss"
     every = 1
@@ -92,7 +95,11 @@ class RssProbe:
 
     def __init__(self, limit: float | None) -> None:
         self._read = RssReader()
-        self._spec = MetricSpec("rss_bytes", "bytes", limit=limit, source="process")
+        self._heap = malloc_in_use()
+        self._process: psutil.Process | None = None
+        self._specs = {"rss_bytes": MetricSpec("rss_bytes", "bytes", limit=limit, source="process"),
+                       HEAP: MetricSpec(HEAP, "bytes", source="process"),
+                       MAPPED: MetricSpec(MAPPED, "bytes", source="process")}
 
     def read(self) -> Mapping[str, float]:
         value = self._read()
@@ -100,11 +107,20 @@ class RssProbe:
             value -= tracemalloc.get_tracemalloc_memory()
         return {"rss_bytes": value}
 
+    def read_now(self) -> Mapping[str, float]:
+        if self._process is None or self._process.pid != os.getpid():
+            self._process = psutil.Process()
+        traced = tracemalloc.get_tracemalloc_memory() if tracemalloc.is_tracing() else 0
+        readings = {**self.read(), MAPPED: float(self._process.memory_info().vms - traced)}
+        if self._heap is not None:
+            readings[HEAP] = self._heap() - traced
+        return readings
+
     def close(self) -> None:
         self._read.close()
 
     def spec(self, metric: str) -> MetricSpec:
-        return self._spec
+        return self._specs[metric]
 
 
 class Throttled:
@@ -221,6 +237,29 @@ class WorkerProbe(Throttled):
 
     def spec(self, metric: str) -> MetricSpec:
         return self._specs[metric]
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(field, ctypes.c_size_t) for field in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+def malloc_in_use() -> Callable[[], float] | None:
+    """glibc's bytes in use by malloc, in its heaps and in chunks it mapped on its own (mallinfo2, glibc
+    2.33+); None where libc lacks it. It walks the free lists: a ladder's read, not a sample's."""
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return None
+    mallinfo2.argtypes = []
+    mallinfo2.restype = _MallInfo2
+
+    def in_use() -> float:
+        info = mallinfo2()
+        return float(info.uordblks + info.hblkhd)
+
+    return in_use
 
 
 def malloc_trim() -> Callable[[], object] | None:
