@@ -102,17 +102,34 @@ class Evidence:
         start, stop = self.begin.after(metric), self.end.after(metric)
         return middle - start >= need / 2 and stop - middle >= need / 2  # type: ignore[operator]
 
-    def refilled(self, metric: str) -> bool:
+    def kept(self, metric: str) -> float:
+        """What the ladders saw a metric keep through the window, more than a refill of trimmed pages: for
+        a suspect, what survived; for another (its trend not significant yet: resident memory when a gauge
+        that holds it is investigated), the growth that both halves of the window support (twice the
+        smaller half: a one-off jump in one half is none)."""
+        if metric in self.suspects:
+            need = ACCOUNTED * self.expected(metric)
+            survived = need > 0 and self._kept(metric, need) and not self.refilled(metric, need)
+            return self.residual(metric) if survived else 0.0
+        start, stop = self.begin.after(metric), self.end.after(metric)
+        middle = self.middle.after(metric) if self.middle else None
+        if start is None or stop is None or middle is None:
+            return 0.0
+        both = 2 * min(middle - start, stop - middle)
+        return both if both > 0 and not self.refilled(metric, ACCOUNTED * both) else 0.0
+
+    def refilled(self, metric: str, need: float | None = None) -> bool:
         """Did resident memory that survived the ladder only grow back into pages the first ladder's
         malloc_trim returned? Its cleaned level is still below where the window began, and nothing new
         was allocated for it: neither malloc's bytes in use nor the mapped address space kept the growth
         through the window. After a trim, a step's small allocations that last land in returned pages
         and fault them in again (a Lightning run: ~90 KiB a step, for a few hundred steps), which the
-        run without the ladder never does. Unknown (False) where malloc cannot be asked."""
+        run without the ladder never does. Unknown (False) where malloc cannot be asked. `need`: the
+        growth to account for (by default, half what the suspicion predicts)."""
         stop, before = self.end.after(metric), self.begin.before(metric)
         if stop is None or before is None or stop > before or self.begin.after(HEAP) is None:
             return False
-        need = ACCOUNTED * self.expected(metric)
+        need = ACCOUNTED * self.expected(metric) if need is None else need
         return not any(self._kept(backing, need) for backing in (HEAP, MAPPED))
 
     @property

@@ -359,17 +359,19 @@ def _numbers(items: list[Any]) -> bool:
 
 def _costs_something(ev: Evidence, metric: str, held: float, history: bool = False) -> bool:
     """A count that grows is a leak when what it holds is material in bytes over the horizon (a gauge's
-    items are unknown: resident memory's trend stands for them), or when step time rises with it (a
-    collection walked every step: the Burn case), unless it is a `history` of plain numbers: walking
-    one number a step more cannot make a step a fifth slower, and a step that got slower while a loss
-    history grew was slowed by something else (a busy machine)."""
+    items are unknown: resident memory's growth stands for them, its trend or what the window's ladders
+    saw it keep, the larger: a trend fit from before the gauge's onset is too low), or when step time
+    rises with it (a collection walked every step: the Burn case), unless it is a `history` of plain
+    numbers: walking one number a step more cannot make a step a fifth slower, and a step that got
+    slower while a loss history grew was slowed by something else (a busy machine)."""
     if not history and slows_the_step(ev):
         return True
     rss = ev.specs.get("rss_bytes")
     level = ev.begin.after("rss_bytes") or 0.0
     if ev.specs[metric].source == "gauge" and not held:
         trend = ev.trends.get("rss_bytes")
-        per_step = max(trend.slope, 0.0) if trend is not None and trend.growing else 0.0
+        slope = max(trend.slope, 0.0) if trend is not None and trend.growing else 0.0
+        per_step = max(slope, ev.kept("rss_bytes") / ev.steps)
     else:
         per_step = held / ev.steps
     return is_material("bytes", per_step, level, ev.horizon, rss.limit if rss else None)
