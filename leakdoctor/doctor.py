@@ -114,7 +114,8 @@ class LeakDoctor:
         self._hurry_until = 0  # sampling at least twice a window until this step (a metric is rising)
         self._idle = True
         self._sampled_step = 0
-        self._busy_since_sample = 0.0
+        self._busy_since_sample = 0.0  # the doctor's own time since the last sample: wall...
+        self._busy_cpu_since_sample = 0.0  # ...and CPU (under load the two differ: a step's CPU must not go negative)
         self._step_ema = 0.0
         self._user_seconds = 0.0
         self._probe_seconds = 0.0
@@ -196,6 +197,7 @@ class LeakDoctor:
         cost = (end - start) - (clinic.forensic_seconds - forensic) - (clinic.remedy_seconds - remedy)
         self._probe_seconds += cost
         self._busy_since_sample += end - start
+        self._busy_cpu_since_sample += time.thread_time() - cpu_start
         self._idle = clinic.idle
         if not investigating and clinic.forensic_seconds == forensic and self._step >= self._hurry_until:
             # investigations sample every step, with a budget of their own; so do self-pacing probes; and
@@ -337,13 +339,15 @@ class LeakDoctor:
     def _account_user_time(self, now: float) -> tuple[float, float]:
         """Add the user's time since the last sample to the total; return it per step, as wall time and
         as this process's CPU time (which other processes on a busy machine do not inflate). The doctor's
-        own time since the last sample, CPU-bound, is taken off both."""
+        own time since the last sample is taken off each: its wall time off the wall time, its CPU time off
+        the CPU time (its wall time, on a busy machine, can exceed the step's CPU time and zero it)."""
         steps = max(1, self._step - self._sampled_step)
         cpu_now = time.process_time()
         user = max(0.0, now - self._sample_end - self._busy_since_sample)
-        cpu = max(0.0, cpu_now - self._cpu_mark - self._busy_since_sample)
+        cpu = max(0.0, cpu_now - self._cpu_mark - self._busy_cpu_since_sample)
         self._user_seconds += user
-        self._sampled_step, self._sample_end, self._cpu_mark, self._busy_since_sample = self._step, now, cpu_now, 0.0
+        self._sampled_step, self._sample_end, self._cpu_mark = self._step, now, cpu_now
+        self._busy_since_sample = self._busy_cpu_since_sample = 0.0
         wall = user / steps
         self._step_ema = wall if not self._step_ema else 0.9 * self._step_ema + 0.1 * wall
         return wall, cpu / steps
