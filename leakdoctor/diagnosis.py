@@ -165,8 +165,10 @@ class Evidence:
         return [m for m in self.suspects if self.growing(m)]
 
     def unexplained(self, accepted: Iterable[Finding]) -> list[str]:
+        """Confirmed suspects that no finding accepted so far explains and no rule has noted (a note is a
+        rule's verdict too: not a leak, said why)."""
         explained = {m for f in accepted for m in f.explains}
-        return [m for m in self.confirmed if m not in explained]
+        return [m for m in self.confirmed if m not in explained and m not in self.notes]
 
     def rate(self, metric: str) -> float:
         trend = self.suspects.get(metric) or self.trends.get(metric)
@@ -259,6 +261,6 @@ GENERIC_RULES = [Rule(60, allocator_cache), Rule(100, fallback)]
 
 def unexplained_notes(ev: Evidence, accepted: list[Finding]) -> list[str]:
     """What the rules noted, and confirmed growth that neither a finding nor a note accounts for."""
-    silent = [m for m in ev.unexplained(accepted) if m not in ev.notes]
+    silent = ev.unexplained(accepted)
     return list(ev.notes.values()) + [f"step {ev.end_step}: {ev.describe(m)}; no rule names a cause" for m in silent]
 

@@ -178,3 +178,20 @@ def test_an_essential_probe_is_read_on_every_sample_however_dear_and_its_cost_is
         probes.read_due()
     assert probe.reads == 64
     assert probes.paced_seconds == 0.0  # its reads are the sample's cost: the doctor's pacer counts them
+
+
+class Record:
+    def __init__(self) -> None:
+        self.values: list[float] = []
+
+
+def test_the_type_census_counts_the_users_objects_and_not_leakdoctors_own():
+    from leakdoctor.detect import Trend
+    from leakdoctor.integrations.python import TypeCensus
+
+    census = TypeCensus()
+    census.begin()
+    kept = [Record() for _ in range(20)] + [Trend("flat") for _ in range(20)]
+    rows = dict(census.end(steps=10).rows)
+    assert rows.get(f"{Record.__module__}.Record", 0) >= 20 and len(kept) == 40
+    assert not [name for name in rows if name.startswith("leakdoctor.")], rows
