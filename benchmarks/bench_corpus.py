@@ -249,19 +249,25 @@ def score_remedy(truth: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     if remedy["rate_after"] is not None and found["rate_per_step"]:
         result["doctor_ratio"] = remedy["rate_after"] / found["rate_per_step"]
     since = leak_from(truth)
+    # the growth before: up to the investigation that found it, whose cleanup ladders (a gc.collect()
+    # among them) take back some of what grew; from the leak's start to the remedy where that is too short
+    ladders = found["detected_step"] - summary.get("settings", {}).get("investigate_steps", 0)
     steps, rss = rss_series(run)
-    result["rss_ratio"] = ratio(steps, rss, since, applied, len(rss), truth["settle"])
+    result["rss_ratio"] = ratio(steps, rss, since, applied, len(rss), truth["settle"], ladders)
     points = summary["series"].get(found["metric"], {}).get("points", [])
     if points:
         p_steps, p_values = (np.asarray(v, dtype=float) for v in zip(*points))
-        result["metric_ratio"] = ratio(p_steps, p_values, since, applied, run["steps"], truth["settle"])
+        result["metric_ratio"] = ratio(p_steps, p_values, since, applied, run["steps"], truth["settle"], ladders)
     return result
 
 
-def ratio(steps: np.ndarray, values: np.ndarray, since: int, applied: int, end: int, settle: int) -> float | None:
-    """Slope after the remedy (from `settle` steps after it) over the slope before it; None where the
-    series did not grow significantly before (its interval reaches zero) or there are too few samples."""
-    before = slope(steps, values, since, applied)
+def ratio(steps: np.ndarray, values: np.ndarray, since: int, applied: int, end: int, settle: int,
+          ladders: int | None = None) -> float | None:
+    """Slope after the remedy (from `settle` steps after it) over the slope before it, up to the first
+    `ladders` step where that leaves enough samples, else up to the remedy; None where the series did not
+    grow significantly before (its interval reaches zero) or there are too few samples."""
+    before = (slope(steps, values, since, ladders) if ladders is not None and ladders < applied else None) \
+        or slope(steps, values, since, applied)
     after = slope(steps, values, applied + settle, end)
     if before is None or after is None or before[1] <= 0:
         return None

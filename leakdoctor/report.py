@@ -158,7 +158,8 @@ def projection(findings: list[Finding], monitor: Monitor, step: int) -> int | No
 
 def settings_record(settings: Settings, sample_stride: int) -> dict[str, Any]:
     return {"remedies": list(settings.remedies), "warmup": settings.warmup, "window": settings.window,
-            "horizon": settings.horizon, "memory_limit": settings.memory_limit, "sample_stride": sample_stride,
+            "horizon": settings.horizon, "investigate_steps": settings.investigate_steps,
+            "memory_limit": settings.memory_limit, "sample_stride": sample_stride,
             "on_limit": settings.on_limit if isinstance(settings.on_limit, str) else "callable",
             "limit_margin": settings.limit_margin}
 

@@ -149,6 +149,18 @@ def test_remedy_scoring_measures_the_slopes_before_and_after_on_the_recorded_ser
     assert bench_corpus.ratio(np.arange(1, 201), np.asarray(series(200)), 40, 100, 200, 12) is None  # nothing grew
 
 
+def test_remedy_scoring_measures_the_growth_before_up_to_the_investigations_ladders():
+    """numpy_gc_cycles: the investigation's gc.collect() rungs (steps 57-65) take the garbage back before
+    the remedy is applied, so the growth up to the remedy is a saw; up to the ladders, it is the leak's."""
+    rss = series(56, growth=2 * MIB, since=40) + series(144, level=300 * MIB)
+    remedy = {"name": "gc_collect", "applied_step": 65, "effective": True, "rate_after": 0.0}
+    run = run_result(rss, [finding("python_objects", 65, remedy=remedy, rate=2 * MIB)])
+    assert bench_corpus.score_remedy(truth(True, 40, cause="python_objects"), run)["rss_ratio"] is None
+    run["summary"]["settings"] = {"investigate_steps": 8}
+    scored = bench_corpus.score_remedy(truth(True, 40, cause="python_objects"), run)
+    assert scored["rss_ratio"] == pytest.approx(0.0, abs=1e-9)
+
+
 # --- the harness ----------------------------------------------------------------------------------------
 
 def test_marker_names_the_line_that_carries_the_tag():
