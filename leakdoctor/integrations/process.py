@@ -1,7 +1,8 @@
-"""Process-level knowledge: resident memory (against the memory limit that leakdoctor/limits.py finds),
-worker-process memory, glibc's malloc_trim, and the dataloader_workers diagnosis. psutil makes it portable; on Linux the RSS read takes a
-fast path (one pread of /proc/self/statm, 2 µs against psutil's 25 µs) because it runs on nearly
-every step of the user's loop."""
+"""Process-level knowledge: resident memory (against the memory limit that leakdoctor/limits.py finds)
+and, for the cleanup ladder, what backs it (malloc's bytes in use, the mapped size); worker-process
+memory, glibc's malloc_trim, and the dataloader_workers diagnosis. psutil makes it portable; on Linux
+the RSS read takes a fast path (one pread of /proc/self/statm, 2 µs against psutil's 25 µs) because it
+runs on nearly every step of the user's loop."""
 
 from __future__ import annotations
 
