@@ -185,7 +185,7 @@ class NewModels:
     calls: int  # calls in the window
     freed: int  # most old models one gc.collect() of the window found still in memory
     survived: int  # models alive after the last gc.collect(), more than at the start: still referenced
-    model_bytes: float  # what one model holds (variables and optimizer state)
+    model_bytes: float  # what one of the window's models holds, on average (variables and optimizer state)
     growth_per_model: float  # how much memory grew per new model
 
     @property
@@ -218,7 +218,11 @@ def model_turnover(ev: Evidence, metric: str = RSS) -> NewModels:
                 for ladder in (ev.middle, ev.end) if ladder is not None)
     survived = _reading(ev.end, ALIVE, "after") - _reading(ev.begin, ALIVE, "after")
     per_model = ev.rate(metric) * ev.steps / new if new else 0.0
-    return NewModels(int(new), ev.steps, int(freed), int(survived), _reading(ev.end, SIZE, "before"), per_model)
+    # the window's models may differ in size (a sweep over widths): their growth is weighed against the
+    # mean of the sizes the ladders saw, not the last model's alone
+    sizes = [size for ladder in (ev.begin, ev.middle, ev.end) if ladder is not None and (size := ladder.before(SIZE))]
+    model_bytes = sum(sizes) / len(sizes) if sizes else 0.0
+    return NewModels(int(new), ev.steps, int(freed), int(survived), model_bytes, per_model)
 
 
 def _memory(ev: Evidence, accepted: list[Finding]) -> list[str]:
