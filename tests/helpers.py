@@ -4,8 +4,12 @@ clean heap, so memory freed by an earlier test cannot hide (or fake) the growth 
 from __future__ import annotations
 
 import multiprocessing
+import sys
 import traceback
+from pathlib import Path
 from typing import Any, Callable
+
+SCENARIOS = Path(__file__).parent.parent / "benchmarks" / "scenarios"
 
 
 def _child(conn: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
@@ -36,3 +40,11 @@ def isolated(fn: Callable[..., Any], *args: Any, timeout: float = 600, **kwargs:
     if status == "error":
         raise AssertionError(f"{fn.__name__} failed in its own process:\n{value}")
     return value
+
+
+def corpus_run(scenario: str) -> dict:
+    """A corpus scenario's summary in its detect run, as `make bench` runs it (to call in `isolated`)."""
+    sys.path.insert(0, str(SCENARIOS))
+    import _harness
+
+    return _harness.run_one(scenario, "detect")["summary"]

@@ -19,7 +19,7 @@ import optax
 import pytest
 from flax import linen, nnx
 from flax.training import train_state
-from helpers import isolated
+from helpers import corpus_run, isolated
 
 from leakdoctor.callbacks.flax import LeakDoctor
 from leakdoctor.detect import Trend, theil_sen
@@ -346,3 +346,10 @@ def test_compiles_that_grew_resident_memory_first_are_compile_cache_not_native_m
     assert found.evidence.startswith("jax_compiles grew 8 in 4 steps (2/step)")
     assert compile_cache(memory_first_evidence(8, 0), []) == []  # a burst of compiles, then none: no loop
     assert compile_cache(memory_first_evidence(1, 0), []) == []
+
+
+def test_a_jit_cache_of_bucketed_shapes_that_fills_then_plateaus_is_clean():
+    """issue #10: the corpus's jax_bucketed_shapes (sequences padded to four lengths, each compiled once
+    as it first comes) was a false alarm; the run must end clean."""
+    summary = isolated(corpus_run, "jax_bucketed_shapes")
+    assert summary["verdict"] == "clean" and summary["findings"] == [], (summary["findings"], summary["notes"])

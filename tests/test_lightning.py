@@ -11,7 +11,6 @@ import io
 import json
 import logging
 import pickle
-import sys
 import warnings
 from pathlib import Path
 
@@ -19,11 +18,10 @@ import lightning.pytorch as L
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import isolated
+from helpers import corpus_run, isolated
 from torch import nn
 
 STEPS = 320
-SCENARIOS = Path(__file__).parent.parent / "benchmarks" / "scenarios"
 
 
 def quiet() -> None:
@@ -127,14 +125,6 @@ def test_clean_fit_has_no_finding_identical_losses_and_logged_readings(tmp_path)
     logged = [row for row in result["logged"] if "leakdoctor/rss_bytes" in row]
     assert [int(row["step"]) for row in logged] == list(range(50, STEPS + 1, 50))  # on logging steps only
     assert all(float(row["leakdoctor/rss_bytes"]) > 0 and "leakdoctor/torch_hooks" in row for row in logged)
-
-
-def corpus_run(scenario: str) -> dict:
-    """The corpus scenario's summary, run as `make bench` runs it (benchmarks/scenarios/_harness.py)."""
-    sys.path.insert(0, str(SCENARIOS))
-    import _harness
-
-    return _harness.run_one(scenario, "detect")["summary"]
 
 
 def test_a_fit_validating_a_large_batch_stays_clean():
