@@ -89,18 +89,23 @@ class Evidence:
     def survives(self, metric: str) -> bool:
         """A suspect whose growth survived the cleanup ladder, in both halves of the window: a leak."""
         need = ACCOUNTED * self.expected(metric)
-        return need > 0 and self._kept(metric, need)
+        return need > 0 and self._grew_by(metric, need)
 
-    def _kept(self, metric: str, need: float) -> bool:
+    def _halves(self, metric: str) -> tuple[float, float] | None:
+        """Growth in each half of the window, read after the ladders; None where one did not read it."""
+        start, stop = self.begin.after(metric), self.end.after(metric)
+        middle = self.middle.after(metric) if self.middle else None
+        if start is None or stop is None or middle is None:
+            return None
+        return middle - start, stop - middle
+
+    def _grew_by(self, metric: str, need: float) -> bool:
         """Did `metric`, read after each ladder, grow by `need` over the window, and by half of it in each
         half (where a middle ladder read it)?"""
         if self.residual(metric) < need:
             return False
-        middle = self.middle.after(metric) if self.middle else None
-        if middle is None:
-            return True
-        start, stop = self.begin.after(metric), self.end.after(metric)
-        return middle - start >= need / 2 and stop - middle >= need / 2  # type: ignore[operator]
+        halves = self._halves(metric)
+        return halves is None or min(halves) >= need / 2
 
     def kept(self, metric: str) -> float:
         """What the ladders saw a metric keep through the window, more than a refill of trimmed pages: for
@@ -108,14 +113,9 @@ class Evidence:
         that holds it is investigated), the growth that both halves of the window support (twice the
         smaller half: a one-off jump in one half is none)."""
         if metric in self.suspects:
-            need = ACCOUNTED * self.expected(metric)
-            survived = need > 0 and self._kept(metric, need) and not self.refilled(metric, need)
-            return self.residual(metric) if survived else 0.0
-        start, stop = self.begin.after(metric), self.end.after(metric)
-        middle = self.middle.after(metric) if self.middle else None
-        if start is None or stop is None or middle is None:
-            return 0.0
-        both = 2 * min(middle - start, stop - middle)
+            return self.residual(metric) if self.survives(metric) and not self.refilled(metric) else 0.0
+        halves = self._halves(metric)
+        both = 2 * min(halves) if halves is not None else 0.0
         return both if both > 0 and not self.refilled(metric, ACCOUNTED * both) else 0.0
 
     def refilled(self, metric: str, need: float | None = None) -> bool:
@@ -130,7 +130,7 @@ class Evidence:
         if stop is None or before is None or stop > before or self.begin.after(HEAP) is None:
             return False
         need = ACCOUNTED * self.expected(metric) if need is None else need
-        return not any(self._kept(backing, need) for backing in (HEAP, MAPPED))
+        return not any(self._grew_by(backing, need) for backing in (HEAP, MAPPED))
 
     @property
     def last_span(self) -> int:

@@ -220,7 +220,8 @@ def model_turnover(ev: Evidence, metric: str = RSS) -> NewModels:
     per_model = ev.rate(metric) * ev.steps / new if new else 0.0
     # the window's models may differ in size (a sweep over widths): their growth is weighed against the
     # mean of the sizes the ladders saw, not the last model's alone
-    sizes = [size for ladder in (ev.begin, ev.middle, ev.end) if ladder is not None and (size := ladder.before(SIZE))]
+    sizes = [size for ladder in (ev.begin, ev.middle, ev.end)
+             if ladder is not None and (size := ladder.before(SIZE))]
     model_bytes = sum(sizes) / len(sizes) if sizes else 0.0
     return NewModels(int(new), ev.steps, int(freed), int(survived), model_bytes, per_model)
 

@@ -57,6 +57,14 @@ class RssReader:
                 pass
         return self._open()
 
+    def mapped(self) -> float:
+        """This process's mapped address space (VmSize) in bytes, for the cleanup ladder: the first field
+        of the same statm read, psutil's vms elsewhere."""
+        self()  # opens the descriptor (again, after a fork or close()), or settles on psutil
+        if self._fd >= 0:
+            return float(int(os.pread(self._fd, 128, 0).split()[0]) * self._page)
+        return float(self._psutil().memory_info().vms)
+
     def _open(self) -> float:
         self.close()  # in a forked child, the inherited copy of the parent's descriptor
         if sys.platform.startswith("linux"):
@@ -66,9 +74,12 @@ class RssReader:
                 return self()
             except OSError:
                 self.close()
+        return float(self._psutil().memory_info().rss)
+
+    def _psutil(self) -> psutil.Process:
         if self._process is None or self._process.pid != os.getpid():
             self._process = psutil.Process()
-        return float(self._process.memory_info().rss)
+        return self._process
 
     def close(self) -> None:
         """Close the descriptor; the next read opens a new one."""
@@ -97,7 +108,6 @@ class RssProbe:
     def __init__(self, limit: float | None) -> None:
         self._read = RssReader()
         self._heap = malloc_in_use()
-        self._process: psutil.Process | None = None
         self._specs = {"rss_bytes": MetricSpec("rss_bytes", "bytes", limit=limit, source="process"),
                        HEAP: MetricSpec(HEAP, "bytes", source="process"),
                        MAPPED: MetricSpec(MAPPED, "bytes", source="process")}
@@ -109,10 +119,8 @@ class RssProbe:
         return {"rss_bytes": value}
 
     def read_now(self) -> Mapping[str, float]:
-        if self._process is None or self._process.pid != os.getpid():
-            self._process = psutil.Process()
         traced = tracemalloc.get_tracemalloc_memory() if tracemalloc.is_tracing() else 0
-        readings = {**self.read(), MAPPED: float(self._process.memory_info().vms - traced)}
+        readings = {"rss_bytes": self._read() - traced, MAPPED: self._read.mapped() - traced}
         if self._heap is not None:
             readings[HEAP] = self._heap() - traced
         return readings
