@@ -238,7 +238,12 @@ def classify(steps: Sequence[int], values: Sequence[float], window: int, alpha: 
         _, p = mann_kendall(minima)
         slope, low, high = theil_sen(wsteps, minima)
         if p < alpha and low > 0:
-            return Trend(PLATEAU, slope, low, high, p, None, len(minima))
+            # grew over the run; stopped only where the recent stretch shows no growth of its own (not
+            # significant at alpha, or its slope's interval reaches zero): noise can keep a rise that goes
+            # on from passing the detector's stricter test (alpha split over the scales, and the rise
+            # MIN_SIGNAL_TO_NOISE times the scatter), as the Burn case's step time under a changing load
+            kind = GROWING if recent.slope_low > 0 and recent.p_value < alpha else PLATEAU
+            return Trend(kind, slope, low, high, p, None, len(minima))
     return recent
 
 
