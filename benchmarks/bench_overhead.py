@@ -8,6 +8,10 @@
    account (`summary.overhead`), and the sampling stride the budget chose.
 3. Detection latency at the defaults: a leak of 0.5% of RSS per step starts at step LEAK_START; steps
    from its start to the finding.
+4. The machine's floor: a sample's bare minimum (one pread of /proc/self/statm, the process's CPU clock,
+   three appends to a list) against one sample of the doctor (plain Python), each after 1, 5 and 20 ms
+   of other work, in this thread's CPU time. What a few microseconds of work cost depends on how long
+   the caches and the TLB have been someone else's.
 
 Each measurement runs in a fresh subprocess (`python benchmarks/bench_overhead.py KIND ...` runs one),
 so no framework's imports or threads touch another's figures. Steps are busy waits on the clock, so the
@@ -33,6 +37,8 @@ RUN_SECONDS = 12
 LEAK_START = 120
 LEAK_SHARE = 0.005
 LATENCY_STEPS = 400
+FLOOR_GAPS_MS = (1, 5, 20)
+FLOOR_SAMPLES = 200
 
 
 def busy(seconds: float) -> None:
@@ -133,12 +139,48 @@ def latency(step_ms: float) -> dict[str, Any]:
             "stride": summary.settings["sample_stride"]}
 
 
+def floor() -> dict[str, Any]:
+    """Median CPU time of the bare minimum of a sample and of one doctor sample, after each gap of busy
+    work (both in the same loop, alternating, so that drift hits both)."""
+    import os
+
+    doctor = doctor_for("python", overhead=1.0)
+    fd = os.open("/proc/self/statm", os.O_RDONLY)
+    kept: list[float] = []
+
+    def bare() -> None:
+        kept.append(float(os.pread(fd, 128, 0).split()[1]))
+        kept.append(time.process_time())
+        kept.append(time.perf_counter())
+
+    def sample() -> None:
+        doctor._countdown = 0  # the next step is sampled
+        doctor.step()
+
+    result = {}
+    for gap in FLOOR_GAPS_MS:
+        costs: dict[str, list[float]] = {"bare": [], "doctor": []}
+        for i in range(2 * FLOOR_SAMPLES):
+            name, call = ("bare", bare) if i % 2 else ("doctor", sample)
+            busy(gap / 1e3)
+            start = time.thread_time()
+            call()
+            costs[name].append(time.thread_time() - start)
+        result[gap] = {name: 1e6 * statistics.median(values[10:]) for name, values in costs.items()}
+        kept.clear()
+    doctor.finish()
+    os.close(fd)
+    return result
+
+
 def child(args: list[str]) -> None:
     what = args[0]
     if what == "cost":
         result = sample_cost(args[1])
     elif what == "fraction":
         result = fraction(args[1], float(args[2]))
+    elif what == "floor":
+        result = floor()
     else:
         result = latency(float(args[1]))
     print(json.dumps(result))
@@ -156,12 +198,14 @@ def main() -> None:
     costs = {kind: run("cost", kind) for kind in kinds}
     fractions = [run("fraction", kind, ms) for kind in ("python", "torch") for ms in STEP_MS]
     latencies = [run("latency", ms) for ms in STEP_MS]
-    print(json.dumps({"costs": costs, "fractions": fractions, "latencies": latencies}, indent=1), flush=True)
-    write_section("01_overhead", section(costs, fractions, latencies, ("python", "torch")))
+    floors = run("floor")
+    print(json.dumps({"costs": costs, "fractions": fractions, "latencies": latencies, "floor": floors}, indent=1),
+          flush=True)
+    write_section("01_overhead", section(costs, fractions, latencies, floors, ("python", "torch")))
 
 
 def section(costs: dict[str, Any], fractions: list[dict[str, Any]], latencies: list[dict[str, Any]],
-            fraction_kinds: tuple[str, ...]) -> str:
+            floors: dict[str, Any], fraction_kinds: tuple[str, ...]) -> str:
     cost_rows = [[kind, _us(c, "median_us"), _us(c, "p90_us"), c.get("findings", c.get("error"))]
                  for kind, c in costs.items()]
     kinds = [k for k in fraction_kinds for _ in STEP_MS]
@@ -169,6 +213,8 @@ def section(costs: dict[str, Any], fractions: list[dict[str, Any]], latencies: l
                       _gap(f), f.get("stride", f.get("error")), f.get("investigations", "-"),
                       f"{f.get('forensic_s', 0):.2f} s", f.get("latency", "-"), f.get("findings", "-")]
                      for kind, f in zip(kinds, fractions)]
+    floor_rows = [[f"{gap} ms", f"{f['bare']:.1f} µs", f"{f['doctor']:.1f} µs", f"{f['doctor'] / f['bare']:.1f}"]
+                  for gap, f in floors.items()] if "error" not in floors else [["-", floors["error"], "-", "-"]]
     latency_rows = [[f"{r.get('step_ms', '?')} ms", f"{r.get('leak_kib', 0):.0f} KiB", r.get("cause", r.get("error")),
                      r.get("steps"), r.get("stride")] for r in latencies]
     return f"""
@@ -198,6 +244,14 @@ Detection latency at the defaults: plain Python, a leak of {LEAK_SHARE:.1%} of R
 list) from step {LEAK_START}. Target: at most 50 steps from its start to the finding.
 
 {table(["step", "leak per step", "cause", "steps to detect", "stride"], latency_rows)}
+
+The machine's floor: this thread's CPU time for the bare minimum of a sample (one pread of
+/proc/self/statm, the process's CPU clock, three appends) and for one sample of the doctor in plain
+Python, each right after the stated time of busy work (median of {FLOOR_SAMPLES} each, alternating). The
+same few microseconds of work cost several times more once other work has had the caches and the TLB
+for a while: the doctor's sample at a stride of many steps pays that, and so would any counter read.
+
+{table(["after", "bare minimum", "doctor's sample", "ratio"], floor_rows)}
 """
 
 

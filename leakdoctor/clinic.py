@@ -4,7 +4,8 @@ The per-step path (doctor.py) hands the clinic each sample's completed windows; 
 investigation for suspect metrics (those that become suspect while it is open join it), concludes it
 into findings, applies the first allowed remedy, keeps the active remedies acting on every step, and
 judges each remedy by the slope after it. It times its own work (forensics and remedies), which the
-doctor reports apart from the cost of sampling.
+doctor reports apart from the cost of sampling: in wall time, and in this thread's CPU time, which the
+doctor takes off the steps' CPU time (under load an investigation's wall time can exceed it).
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ class Clinic:
         self.sites: list[dict[str, Any]] = []  # allocation sites the investigations saw grow (oom.py)
         self.forensic_seconds = 0.0
         self.remedy_seconds = 0.0
+        self.cpu_seconds = 0.0  # this thread's CPU time in forensics and remedies
+        self.forensic_budget = FORENSIC_BUDGET
         self.deferred = 0  # suspicions left for later because investigations had used their budget
         self._investigated: set[str] = set()  # metrics that have been suspects of an investigation
         self._tried: dict[tuple[str, str, str | None], set[str]] = {}
@@ -83,7 +86,7 @@ class Clinic:
     def treat_step(self, step: int, context: Mapping[str, Any], step_seconds: float) -> None:
         """Let every active remedy act on this step."""
         self._step, self._context, self._step_seconds = step, context, step_seconds
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.thread_time()
         for treatment in list(self.treatments):
             part = f"remedy {treatment.remedy.name}"
             self.guard.call(part, treatment.remedy.on_step, self._context_for(treatment.finding))
@@ -94,6 +97,7 @@ class Clinic:
                     outcome.effective, outcome.error = False, self._error(part)
                 self.monitor.quiet(treatment.finding.explains)
         self.remedy_seconds += time.perf_counter() - start
+        self.cpu_seconds += time.thread_time() - cpu_start
 
     def after_sample(self, step: int, completed: Mapping[str, list[int]], context: Mapping[str, Any],
                      step_seconds: float, run_seconds: float) -> None:
@@ -133,9 +137,10 @@ class Clinic:
     # --- investigate and diagnose -----------------------------------------------------------------
 
     def _timed(self, fn: Callable[..., None], *args: Any) -> None:
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.thread_time()
         fn(*args)
         self.forensic_seconds += time.perf_counter() - start
+        self.cpu_seconds += time.thread_time() - cpu_start
 
     def _over_budget(self, suspects: Mapping[str, Any], run_seconds: float) -> bool:
         """Must these suspects wait? When investigations have used their share of the run, yes, unless
@@ -143,7 +148,7 @@ class Clinic:
         no leak (resident memory warming up, taken by the first investigation) must not keep another
         metric's leak unnamed until the run has lasted twenty times that investigation, while a leak
         still growing is most likely what the other metric sees too."""
-        if not self.investigations or self.forensic_seconds <= FORENSIC_BUDGET * run_seconds:
+        if not self.investigations or self.forensic_seconds <= self.forensic_budget * run_seconds:
             return False
         return all(metric in self._investigated for metric in suspects) or self._leaking()
 

@@ -123,11 +123,13 @@ def _mann_kendall_small(y: list[float]) -> tuple[float, float]:
         yi = y[i]
         for yj in y[i + 1:]:
             s += (yj > yi) - (yj < yi)
-    ties = [c for c in Counter(y).values() if c > 1]
-    if not ties:
+    if len(set(y)) == n:  # no ties: the exact distribution
         return float(s), float(_inversion_cdf(n)[(n * (n - 1) // 2 - s) // 2])
+    if s <= 0:
+        return float(s), 1.0
+    ties = [c for c in Counter(y).values() if c > 1]
     var = (n * (n - 1) * (2 * n + 5) - sum(t * (t - 1) * (2 * t + 5) for t in ties)) / 18.0
-    if s <= 0 or var <= 0:
+    if var <= 0:
         return float(s), 1.0
     return float(s), 0.5 * math.erfc((s - 1.0) / math.sqrt(var) / math.sqrt(2.0))
 
@@ -177,6 +179,26 @@ def theil_sen(x: Sequence[float], y: Sequence[float], z: float = 1.96) -> tuple[
     return _median_of_sorted(slopes), float(low), float(high)
 
 
+def slope_bound(steps: Sequence[float], values: Sequence[float]) -> float:
+    """An upper bound on the Theil–Sen slope of the points, in O(n) and without numpy. If the median of
+    the pairwise slopes is m, the upper half of them are at least m; the pairs whose index gap is below
+    some G are fewer than that half, so one pair at least G apart rises at m or more, and no pair rises
+    more than the range of the values. The detector asks it on every window close that sets a new high,
+    so that a series whose growth cannot matter skips the statistics."""
+    n = len(values)
+    rise = max(values) - min(values) if n > 1 else 0.0
+    if rise <= 0:
+        return 0.0
+    pairs = n * (n - 1) // 2
+    upper = pairs - pairs // 2  # slopes at or above the median's upper middle
+    gap, shorter = 1, 0  # `shorter`: the pairs less than `gap` apart
+    while shorter + n - gap < upper:
+        shorter += n - gap
+        gap += 1
+    span = min(steps[i + gap] - steps[i] for i in range(n - gap))
+    return rise / span if span > 0 else math.inf
+
+
 def onset_index(y: Sequence[float]) -> int:
     """Index where a flat-then-linear (hinge) least-squares fit to `y` breaks; all breaks at once."""
     y = np.asarray(y, dtype=float)
@@ -192,11 +214,14 @@ def onset_index(y: Sequence[float]) -> int:
     return int(np.argmin(np.round(sse, 9)))
 
 
-def assess(steps: Sequence[int], minima: Sequence[float], alpha: float, scales: Sequence[int] = SCALES) -> Trend:
+def assess(steps: Sequence[int], minima: Sequence[float], alpha: float, scales: Sequence[int] = SCALES,
+           fit_flat: bool = True) -> Trend:
     """Is the recent part of a series of window minima growing? Tests each scale, shortest first.
 
     `alpha` is the false-alarm rate for one call, split evenly (Bonferroni) across the scales. The onset
-    is left to `onset`, which callers run only when the trend matters.
+    is left to `onset`, which callers run only when the trend matters. `fit_flat=False`: a stretch that
+    is not growing gets no slope (the detector's question on every window close is only whether it grows,
+    and the fit costs as much as the test).
     """
     steps = np.asarray(steps, dtype=np.int64)
     minima = np.asarray(minima, dtype=float)
@@ -207,7 +232,8 @@ def assess(steps: Sequence[int], minima: Sequence[float], alpha: float, scales: 
     level = alpha / len(scales)
     for k in tested:
         _, p = mann_kendall(minima[-k:])
-        slope, low, high = theil_sen(steps[-k:], minima[-k:]) if p < level or k == tested[-1] else (0.0, 0.0, 0.0)
+        fit = p < level or (fit_flat and k == tested[-1])
+        slope, low, high = theil_sen(steps[-k:], minima[-k:]) if fit else (0.0, 0.0, 0.0)
         if p < level and slope > 0 and above_noise(steps[-k:], minima[-k:], slope):
             return Trend(GROWING, slope, low, high, p, None, k)
     return Trend(FLAT, slope, low, high, p, None, tested[-1])

@@ -1,9 +1,10 @@
-"""The engine's front: the public LeakDoctor and its per-step path.
+"""The engine's front: the public LeakDoctor, which wires the parts together and runs them in order.
 
-A step that is not sampled costs a countdown. A sampled step reads the due probes, appends the readings
-to their series and, when a window closed or the clinic has work open, hands over to the clinic
-(clinic.py: investigate, diagnose, treat, verify). The summary is built by report.py. Data flows one
-way: probes → series → detector → investigation → diagnosis → remedy → verification → summary.
+A step that is not sampled costs a countdown. A sampled step goes to the sampler (sampling.py: read the
+due probes, record, pace); when a window closed or the clinic has work open, the clinic takes over
+(clinic.py: investigate, diagnose, treat, verify); the limit watch (stopping.py) looks at what the clinic
+found. The summary is built by report.py. Data flows one way: probes → series → detector → investigation
+→ diagnosis → remedy → verification → summary.
 """
 
 from __future__ import annotations
@@ -17,26 +18,18 @@ from functools import partial
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from leakdoctor import __version__, exporter, limits, oom, report, stopping, termination
-from leakdoctor.clinic import FORENSIC_BUDGET, Clinic, Practice
+from leakdoctor.clinic import Clinic, Practice
 from leakdoctor.diagnosis import GENERIC_RULES
 from leakdoctor.guard import Guard
 from leakdoctor.integrations import UNITS, Integration, MetricSpec, process, python
 from leakdoctor.monitor import Monitor
-from leakdoctor.pacing import Pacer
 from leakdoctor.probing import Probes
 from leakdoctor.remedies.base import Remedy
+from leakdoctor.sampling import STEP_CPU, STEP_TIME, Sampler
 from leakdoctor.settings import Settings
 from leakdoctor.summary import Finding, Summary
 
-STEP_TIME = "step_seconds"
-STEP_CPU = "step_cpu_seconds"
 STATE_SCHEMA = "leakdoctor.state/1"
-#: Samples whose mean cost the pacer gets at once: pacing each sample would cost a good part of one, and
-#: a batch this long usually holds a window's close (the statistics), so no batch is an outlier for it.
-PACE_EVERY = 8
-#: Windows sampled at least twice each after a metric's window minima rose RISING times in a row, so that
-#: a leak is confirmed (SCALES[0] windows) at the latency of the statistics, not of the budget.
-HURRY_WINDOWS = 8
 
 
 class LeakDoctor:
@@ -105,22 +98,10 @@ class LeakDoctor:
         self._clinic = Clinic(self.settings, self._monitor, practice, self._guard, self._say)
         self._limit_watch = stopping.LimitWatch(self.settings, self._guard, self._limit_of, self._say)
         self._snapshot = oom.Snapshot(self.settings.oom_snapshot)
+        self._sampler = Sampler(self.settings, self._probes, self._monitor)
         self._step = 0
-        self._context: Mapping[str, Any] = {}
-        self._sampler = Pacer(budget=self.settings.overhead)
-        self._countdown = 1
-        self._costs, self._costed = 0.0, 0  # samples' cost not yet handed to the pacer
-        self._paced_step = 0  # the step of the last hand-over
-        self._hurry_until = 0  # sampling at least twice a window until this step (a metric is rising)
+        self._countdown = 1  # steps to the next sample: kept here, so that an unsampled step reads no other object
         self._idle = True
-        self._sampled_step = 0
-        self._busy_since_sample = 0.0  # the doctor's own time since the last sample: wall...
-        self._busy_cpu_since_sample = 0.0  # ...and CPU (under load the two differ: a step's CPU must not go negative)
-        self._step_ema = 0.0
-        self._user_seconds = 0.0
-        self._probe_seconds = 0.0
-        self._sample_end = time.perf_counter()
-        self._cpu_mark = time.process_time()
         self._result: Summary | None = None
         # One thread at a time past the countdown: steps from two threads, a summary polled from a third
         # (an exporter), a gauge added mid-run. Reentrant, so that a signal handler that finishes the
@@ -173,51 +154,44 @@ class LeakDoctor:
 
     def _work(self, context: Mapping[str, Any]) -> None:
         """The part of a step that does something: remedies, and a sample when one is due."""
-        start, cpu_start = time.perf_counter(), time.thread_time()
+        start = time.perf_counter()
         if self._result is not None or "leakdoctor" in self._guard.off:
             self._idle = False
             return
         self._step += 1
-        self._context = context
-        clinic = self._clinic
-        forensic, remedy, paced = clinic.forensic_seconds, clinic.remedy_seconds, self._probes.paced_seconds
+        clinic, sampler = self._clinic, self._sampler
+        forensic, remedy, cpu, paced = (clinic.forensic_seconds, clinic.remedy_seconds, clinic.cpu_seconds,
+                                        self._probes.paced_seconds)
         investigating = clinic.investigation is not None
         sampled = investigating or self._countdown <= 0
         try:
             if clinic.treatments:
-                clinic.treat_step(self._step, context, self._step_ema)
+                clinic.treat_step(self._step, context, sampler.step_seconds)
             if sampled:
-                self._sample(start)
+                self._sample(start, investigating, context)
         except Exception as err:  # noqa: BLE001 - a bug in leakdoctor must not end the user's run
             self._guard.disable("leakdoctor", f"{type(err).__name__}: {err}")
         if sampled:  # on every sample, so that the watch knows how far apart samples are
             self._guard.call("limit watch", self._limit_watch.check, self._step, clinic.findings, self._monitor,
                              self._summary_now)
-        end = time.perf_counter()
-        cost = (end - start) - (clinic.forensic_seconds - forensic) - (clinic.remedy_seconds - remedy)
-        self._probe_seconds += cost
-        self._busy_since_sample += end - start
-        self._busy_cpu_since_sample += time.thread_time() - cpu_start
+        wall = time.perf_counter() - start
+        own = wall - (clinic.forensic_seconds - forensic) - (clinic.remedy_seconds - remedy)
+        # investigations sample every step, with a budget of their own; so do self-pacing probes; and a
+        # hurry (a rising metric sampled twice a window) is spent on purpose
+        paid = not investigating and clinic.forensic_seconds == forensic and self._step >= sampler.hurry_until
+        sampler.charge(self._step, wall, own, own + clinic.cpu_seconds - cpu,
+                       max(0.0, own - (self._probes.paced_seconds - paced)) if paid else None, sampled)
         self._idle = clinic.idle
-        if not investigating and clinic.forensic_seconds == forensic and self._step >= self._hurry_until:
-            # investigations sample every step, with a budget of their own; so do self-pacing probes; and
-            # a hurry (a rising metric sampled twice a window, HURRY_WINDOWS long) is spent on purpose
-            spent = time.thread_time() - cpu_start
-            self._pace(max(0.0, spent - (clinic.remedy_seconds - remedy) - (self._probes.paced_seconds - paced)),
-                       sampled)
 
-    def _pace(self, cost: float, sampled: bool) -> None:
-        """Hand the pacer the mean cost of every PACE_EVERY samples: this thread's CPU time in step(), which
-        a busy machine's other processes do not inflate (on a quiet one it is the wall time the own account
-        counts), remedies, investigations and self-pacing probes' reads left out; the steps between
-        samples that had work to do count with the next sample. The budget is then what the summary
-        reports, in a run without DataLoader workers (whose probes have budgets of their own)."""
-        self._costs += cost
-        self._costed += sampled
-        if self._costed == PACE_EVERY:
-            steps, self._paced_step = self._step - self._paced_step, self._step
-            self._sampler.update(self._costs / PACE_EVERY, self._step_ema, steps / PACE_EVERY)
-            self._costs, self._costed = 0.0, 0
+    def _sample(self, start: float, investigating: bool, context: Mapping[str, Any]) -> None:
+        """Take a sample, hand the completed windows (or the open work) to the clinic, set the next."""
+        clinic, sampler = self._clinic, self._sampler
+        completed = sampler.sample(self._step, start, investigating)
+        if completed or not clinic.idle:
+            clinic.after_sample(self._step, completed, context, sampler.step_seconds, sampler.user_seconds)
+        self._countdown = sampler.steps_to_next(self._step)
+        if self._publisher is not None:
+            self._guard.call("prometheus", self._publish)
 
     def finish(self, exception: BaseException | None = None) -> Summary:
         """End the run: conclude what is pending, build the summary, write, plot and print it. Safe to
@@ -231,7 +205,7 @@ class LeakDoctor:
         atexit.unregister(self._atexit)
         if exception is not None:
             self._clinic.notes.append(f"the run ended with {type(exception).__name__} at step {self._step}")
-        self._account_user_time(time.perf_counter())
+        self._sampler.account_user_time(self._step, time.perf_counter())
         self._idle = False
         self._guard.call("finish", self._clinic.conclude_pending, self._step)
         self._probes.close()
@@ -296,61 +270,24 @@ class LeakDoctor:
             raise RuntimeError(f"load_state_dict: call it before the first step (this doctor is at step {self._step})")
         if not isinstance(state, Mapping) or state.get("schema") != STATE_SCHEMA:
             raise ValueError(f"load_state_dict: expected a dict from LeakDoctor.state_dict() (schema {STATE_SCHEMA!r})")
-        self._step = self._sampled_step = int(state["steps"])
+        self._step = self._sampler.sampled_step = int(state["steps"])
         self._clinic.restore([Finding.from_dict(f) for f in state["findings"]], list(state["notes"]))
         self.settings = dataclasses.replace(self.settings, warmup=self.settings.warmup + self._step)
-        self._monitor.settings = self._clinic.settings = self.settings
+        self._monitor.settings = self._clinic.settings = self._sampler.settings = self.settings
 
     def __enter__(self) -> "LeakDoctor":
-        self._sample_end, self._cpu_mark = time.perf_counter(), time.process_time()
+        self._sampler.restart()
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         self.finish(exc)
         return False
 
-    # --- one step ------------------------------------------------------------------------------
-
-    def _sample(self, start: float) -> None:
-        """Read the due probes, record, and hand the completed windows to the clinic."""
-        clinic = self._clinic
-        readings = self._probes.read_due()
-        if clinic.investigation is None:
-            readings[STEP_TIME], readings[STEP_CPU] = self._account_user_time(start)
-        completed = self._monitor.record(self._step, readings, self._probes.spec)
-        if completed:
-            if self._monitor.rising(completed):
-                self._hurry_until = self._step + HURRY_WINDOWS * self.settings.window
-            clinic.after_sample(self._step, completed, self._context, self._step_ema, self._user_seconds)
-        elif not clinic.idle:
-            clinic.after_sample(self._step, completed, self._context, self._step_ema, self._user_seconds)
-        self._countdown = self._sampler.every
-        if self._step < self._hurry_until:  # a metric is rising: a window needs a sample, whatever the budget
-            self._countdown = min(self._countdown, max(1, self.settings.window // 2))
-        if self._publisher is not None:
-            self._guard.call("prometheus", self._publish)
-
     def _publish(self) -> None:
         """Hand the exporter what this sample left: readings, findings, projection, overhead."""
         findings = self._clinic.findings
         self._publisher.publish(self._step, self.readings, findings,
                                 report.projection(findings, self._monitor, self._step), self._overhead())
-
-    def _account_user_time(self, now: float) -> tuple[float, float]:
-        """Add the user's time since the last sample to the total; return it per step, as wall time and
-        as this process's CPU time (which other processes on a busy machine do not inflate). The doctor's
-        own time since the last sample is taken off each: its wall time off the wall time, its CPU time off
-        the CPU time (its wall time, on a busy machine, can exceed the step's CPU time and zero it)."""
-        steps = max(1, self._step - self._sampled_step)
-        cpu_now = time.process_time()
-        user = max(0.0, now - self._sample_end - self._busy_since_sample)
-        cpu = max(0.0, cpu_now - self._cpu_mark - self._busy_cpu_since_sample)
-        self._user_seconds += user
-        self._sampled_step, self._sample_end, self._cpu_mark = self._step, now, cpu_now
-        self._busy_since_sample = self._busy_cpu_since_sample = 0.0
-        wall = user / steps
-        self._step_ema = wall if not self._step_ema else 0.9 * self._step_ema + 0.1 * wall
-        return wall, cpu / steps
 
     # --- the end ---------------------------------------------------------------------------------
 
@@ -368,7 +305,7 @@ class LeakDoctor:
             errors=list(self._guard.errors),
             rank=self.settings.rank,
             version=__version__,
-            settings=report.settings_record(self.settings, self._sampler.every),
+            settings=report.settings_record(self.settings, self._sampler.pacer.every),
             memory_limit=self._limit_of(first.metric if first else "rss_bytes"),
             stopped=self._limit_watch.stopped,
         )
@@ -384,22 +321,7 @@ class LeakDoctor:
         return limits.describe(series.spec if series else None, self._memory, self.settings.memory_limit)
 
     def _overhead(self) -> dict[str, float]:
-        """The doctor's monitoring time against the whole step: the user's code plus the remedies, whose
-        time is the step's work done for it (force_eval evaluates what the step left lazy)."""
-        clinic = self._clinic
-        step_time = self._user_seconds + clinic.remedy_seconds
-        return {
-            "probe_seconds": self._probe_seconds,
-            "forensic_seconds": clinic.forensic_seconds,
-            "remedy_seconds": clinic.remedy_seconds,
-            "step_seconds": self._user_seconds,
-            "fraction_of_step_time": self._probe_seconds / step_time if step_time else 0.0,
-            "investigations": clinic.investigations,
-            "investigations_deferred": clinic.deferred,
-            "forensic_budget": FORENSIC_BUDGET,
-            "sample_stride": self._sampler.every,
-            "latency_steps": report.latency_steps(self.settings, self._sampler.every),
-        }
+        return report.overhead(self._sampler, self._clinic, self.settings)
 
     def _emit(self, summary: Summary) -> None:
         """Write the JSON (stderr if the path fails), the plot, and print the table on rank 0."""

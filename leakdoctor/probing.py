@@ -1,8 +1,8 @@
 """Reading the probes on a sampled step, each on its own schedule.
 
 A probe is read on every `probe.every`-th sample, and more rarely when its read costs more than
-CHEAP_READ: its measured cost (a robust running average of the cheaper of two reads in a row every TIMED reads,
-in this thread's CPU time, which other processes on a busy machine do not inflate) sets how many samples to
+CHEAP_READ: its measured cost (a robust running average of the cheaper of two reads in a row every TIMED reads:
+a read slowed by another process, or by a garbage collection, is not the cheaper one) sets how many samples to
 skip, so a probe that walks a large model's hooks or lists `jax.live_arrays()` costs about as much per
 sample, on average, as one that reads a counter. A probe that paces itself (`paced`: it decides on each
 sample whether to read, within a budget of its own, as process.Throttled does) is asked on every sample
@@ -90,25 +90,27 @@ class Probes:
     def read_due(self) -> dict[str, float]:
         """Readings of the probes due on this sample."""
         readings: dict[str, float] = {}
+        specs = self._specs
         for scheduled in self._scheduled:
             scheduled.countdown -= 1
             if scheduled.countdown > 0:
                 continue
             scheduled.countdown = scheduled.period
             scheduled.reads += 1
-            timed = scheduled.due_timing()
-            start = time.thread_time() if timed else time.perf_counter() if scheduled.paced else 0.0
+            clocked = scheduled.paced or scheduled.due_timing()
+            start = time.perf_counter() if clocked else 0.0
             try:
                 values = scheduled.read()
-                if not values.keys() <= self._specs.keys():
+                if not values.keys() <= specs.keys():
                     self._learn(scheduled.probe, values)
             except Exception as err:  # noqa: BLE001 - a failing probe must not end the user's run
                 self._switch_off(scheduled.probe, err)
                 continue
-            if timed:
-                scheduled.timed_read(time.thread_time() - start)
-            elif scheduled.paced:
-                self.paced_seconds += time.perf_counter() - start
+            if clocked:
+                if scheduled.paced:
+                    self.paced_seconds += time.perf_counter() - start
+                else:
+                    scheduled.timed_read(time.perf_counter() - start)
             readings.update(values)
         return readings
 

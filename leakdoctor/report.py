@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -13,6 +13,10 @@ from leakdoctor.detect import SCALES, classify, is_material, steps_to_limit, the
 from leakdoctor.monitor import RISING, Monitor
 from leakdoctor.settings import Settings
 from leakdoctor.summary import Finding, SeriesSummary, format_value
+
+if TYPE_CHECKING:  # the clinic imports this module
+    from leakdoctor.clinic import Clinic
+    from leakdoctor.sampling import Sampler
 
 
 #: The summary's whole-run fits use at most this many points of a history (up to 1024): Theil–Sen and
@@ -162,6 +166,25 @@ def settings_record(settings: Settings, sample_stride: int) -> dict[str, Any]:
             "memory_limit": settings.memory_limit, "sample_stride": sample_stride,
             "on_limit": settings.on_limit if isinstance(settings.on_limit, str) else "callable",
             "limit_margin": settings.limit_margin}
+
+
+def overhead(sampler: Sampler, clinic: Clinic, settings: Settings) -> dict[str, float]:
+    """The doctor's monitoring time against the whole step: the user's code plus the remedies, whose
+    time is the step's work done for it (force_eval evaluates what the step left lazy)."""
+    step_time = sampler.user_seconds + clinic.remedy_seconds
+    stride = sampler.pacer.every
+    return {
+        "probe_seconds": sampler.own_seconds,
+        "forensic_seconds": clinic.forensic_seconds,
+        "remedy_seconds": clinic.remedy_seconds,
+        "step_seconds": sampler.user_seconds,
+        "fraction_of_step_time": sampler.own_seconds / step_time if step_time else 0.0,
+        "investigations": clinic.investigations,
+        "investigations_deferred": clinic.deferred,
+        "forensic_budget": clinic.forensic_budget,
+        "sample_stride": stride,
+        "latency_steps": latency_steps(settings, stride),
+    }
 
 
 def latency_steps(settings: Settings, stride: int) -> int:

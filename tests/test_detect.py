@@ -7,7 +7,10 @@ import numpy as np
 import pytest
 
 from leakdoctor.detect import (FLAT, GROWING, PLATEAU, assess, classify, is_material, mann_kendall, onset_index,
-                               steps_to_limit, theil_sen, window_minima)
+                               slope_bound, steps_to_limit, theil_sen, window_minima)
+from leakdoctor.integrations import MetricSpec
+from leakdoctor.monitor import Monitor
+from leakdoctor.settings import Settings
 
 
 def brute_force_p(y):
@@ -100,3 +103,74 @@ def test_steps_to_limit():
     assert steps_to_limit(1000.0, 0.0, 2000.0) is None
     assert steps_to_limit(1000.0, 10.0, None) is None
     assert math.isclose(steps_to_limit(3000.0, 10.0, 2000.0), 0.0)
+
+
+def _series(rng, n, kind):
+    """Window minima of the kinds a detector sees: noise, noise with ties, a staircase, a noisy rise."""
+    if kind == 0:
+        return rng.normal(0, 1, n)
+    if kind == 1:
+        return np.round(rng.normal(0, 1, n))
+    if kind == 2:
+        return np.maximum.accumulate(np.round(rng.normal(0, 1, n)))
+    return np.arange(n) * rng.random() + rng.normal(0, 0.3, n)
+
+
+def test_slope_bound_is_never_below_the_theil_sen_slope():
+    """The detector skips the statistics when even this bound is not material, so it must hold always."""
+    rng = np.random.default_rng(7)
+    for trial in range(4000):
+        n = int(rng.integers(2, 49))
+        steps = np.cumsum(rng.integers(1, 20, n)).astype(float)
+        values = _series(rng, n, trial % 4)
+        assert theil_sen(steps, values)[0] <= slope_bound(steps.tolist(), values.tolist()) + 1e-12, trial
+    assert slope_bound([1, 2, 3], [5.0, 5.0, 5.0]) == 0.0
+    assert slope_bound([1, 2, 3, 4], [0.0, 1.0, 2.0, 3.0]) >= 1.0  # a straight line: at least its slope
+
+
+def test_assess_without_the_flat_fit_reaches_the_same_verdict():
+    rng = np.random.default_rng(3)
+    for trial in range(400):
+        n = int(rng.integers(6, 49))
+        steps = np.arange(n) * 6
+        values = _series(rng, n, trial % 4)
+        full, lean = assess(steps, values, 0.01), assess(steps, values, 0.01, fit_flat=False)
+        assert lean.kind == full.kind, trial
+        if full.growing:
+            assert lean == full
+
+
+def test_the_detector_skips_the_statistics_only_where_no_suspicion_could_come_of_them():
+    """A window close runs the statistics only when a Theil–Sen slope could be material; with the check
+    switched off, every close of every kind of series (noise, creeping by a page now and then, leaking)
+    reaches the same suspicion, and the check does skip the statistics of the first two."""
+    rng = np.random.default_rng(11)
+    settings = Settings.create(warmup=0)
+    spec = MetricSpec("rss_bytes", "bytes", limit=8 * 2**30)
+    suspicions, skips = [0, 0, 0], [0, 0, 0]
+    for trial in range(24):
+        kind = trial % 3
+        gated, full = Monitor(settings), Monitor(settings)
+        full._could_matter = lambda *args: True
+        could_matter = gated._could_matter
+
+        def counted(*args, kind=kind, could_matter=could_matter):
+            matters = could_matter(*args)
+            skips[kind] += not matters
+            return matters
+
+        gated._could_matter = counted
+        for step in range(1, 600):
+            value = 1e9 + rng.normal(0, 20e3) if kind == 0 else \
+                1e9 + 4096 * (step // 37) if kind == 1 else 1e9 + 100e3 * max(0, step - 200)
+            found = []
+            for monitor in (gated, full):
+                completed = monitor.record(step, {"rss_bytes": value}, lambda metric: spec)
+                found.append(monitor.suspicion("rss_bytes", completed["rss_bytes"]) if completed else None)
+            assert found[0] == found[1], (trial, step)
+            if found[0] is not None:  # investigated: both watch again from here
+                suspicions[kind] += 1
+                gated.watch(["rss_bytes"], step)
+                full.watch(["rss_bytes"], step)
+    assert suspicions[0] == suspicions[1] == 0 and suspicions[2] >= 8
+    assert skips[0] > 0 and skips[1] > 0
