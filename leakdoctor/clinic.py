@@ -36,7 +36,7 @@ FORENSIC_BUDGET = 0.05
 class Treatment:
     remedy: Remedy
     finding: Finding
-    since: int
+    since: int  # verification reads the series from here: the remedy, or the end of a later investigation
     verified: bool = False
 
 
@@ -182,6 +182,9 @@ class Clinic:
     def _conclude(self) -> None:
         investigation, self.investigation = self.investigation, None
         assert investigation is not None
+        for treatment in self.treatments:  # the ladders emptied what the remedies are judged on: judge anew
+            if not treatment.verified:
+                treatment.since = self._step
         specs: dict[str, MetricSpec] = {m: s.spec for m, s in self.monitor.series.items()}
         evidence = investigation.finish(self._step, self.monitor.trends(), specs, self.settings.remedies,
                                          self.settings.horizon)

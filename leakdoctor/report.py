@@ -33,12 +33,15 @@ def thinned(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def final_findings(findings: list[Finding], monitor: Monitor, settings: Settings) -> tuple[list[Finding], list[str]]:
     """Copies of the findings with rates refit over the whole run. Without an effective remedy, a growth
     that stopped (a cache that filled) or whose whole-run rate no longer matters over the horizon is
-    dropped from the findings and noted instead, so the verdict does not depend on when the run looked."""
+    dropped from the findings and noted instead, so the verdict does not depend on when the run looked.
+    With one, the rate after it is refit over everything read since it was applied."""
     final, notes = [], []
     for finding in findings:
         copy = dataclasses.replace(finding, remedy=dataclasses.replace(finding.remedy) if finding.remedy else None)
         series = monitor.series.get(finding.metric)
-        if series is not None and not (copy.remedy and copy.remedy.effective):
+        if series is not None and copy.remedy and copy.remedy.effective:
+            copy.remedy.rate_after = rate_since(series, copy.remedy.applied_step, settings, copy.remedy.rate_after)
+        elif series is not None:
             until = copy.remedy.applied_step if copy.remedy else None
             steps, values = series.history(since=finding.first_step - 1, until=until)
             refit = len(values) >= 2 * settings.window
@@ -54,6 +57,15 @@ def final_findings(findings: list[Finding], monitor: Monitor, settings: Settings
                 continue
         final.append(copy)
     return final, notes
+
+
+def rate_since(series: Any, step: int, settings: Settings, verified: float | None) -> float | None:
+    """The slope of everything read after `step`, where that is at least two windows; else the rate
+    measured when the remedy was verified (a few windows, so noisier)."""
+    steps, values = series.history(since=step)
+    if len(values) < 2 * settings.window:
+        return verified
+    return theil_sen(*thinned(steps, values))[0]
 
 
 def _material(finding: Finding, series: Any, settings: Settings) -> bool:

@@ -1,19 +1,21 @@
 """The clinic's scheduling of investigations, on series fed by hand (no framework, no training loop):
 a metric that becomes suspect while an investigation is open joins it, and once investigations have
 used their budget, a suspect waits if it was investigated before or while a leak found so far still
-grows, but not the first suspicion of another metric after a growth that stopped (a warm-up)."""
+grows, but not the first suspicion of another metric after a growth that stopped (a warm-up); and a
+remedy is judged on what follows an investigation whose cleanup ladder emptied what it is judged on."""
 
 from __future__ import annotations
 
 from typing import Callable
 
-from leakdoctor.clinic import Clinic, Practice
+from leakdoctor.clinic import Clinic, Practice, Treatment
 from leakdoctor.detect import Trend
 from leakdoctor.guard import Guard
-from leakdoctor.integrations import MetricSpec
+from leakdoctor.integrations import Cleanup, MetricSpec
 from leakdoctor.monitor import Monitor
+from leakdoctor.remedies.base import Remedy, RemedyContext
 from leakdoctor.settings import Settings
-from leakdoctor.summary import Finding
+from leakdoctor.summary import Finding, RemedyOutcome
 
 MIB = 2**20
 SPECS = {name: MetricSpec(name, "bytes") for name in ("a", "b")}
@@ -77,3 +79,43 @@ def test_the_budget_holds_back_a_new_metric_while_a_leak_found_still_grows():
     assert over_budget(clinic, "a", "b")
     clinic.findings[0].benign = True
     assert not over_budget(clinic, "a", "b")
+
+
+class LooseCap(Remedy):
+    """A remedy that changes nothing: the growth it treats goes on."""
+
+    name = "loose_cap"
+    treats = frozenset({"allocator_cache"})
+    safe = True
+
+    def apply(self, ctx: RemedyContext) -> str:
+        return ""
+
+
+def test_a_remedy_is_judged_on_what_follows_an_investigation_whose_ladder_emptied_its_metric():
+    """a is a cache that grows a MiB a step until a cleanup empties it; a remedy that does not stop it is
+    applied at step 40. b then grows and is investigated, and the investigation's ladder empties a's cache
+    three times: read from step 40, a's level falls, and the remedy would look as if it worked. Judged on
+    what follows the investigation, it did not, and is noted so."""
+    settings = Settings.create(verbose=False)
+    monitor = Monitor(settings)
+    now, emptied = [0], [0]
+
+    def readings(step: int) -> dict[str, float]:
+        return {"a": 100 * MIB + (step - emptied[0]) * MIB, "b": 100 * MIB + max(0, step - 40) * 2 * MIB}
+
+    empty = Cleanup("clear_cache", run=lambda: emptied.__setitem__(0, now[0]))
+    practice = Practice(forensics=[], cleanups=[empty], rules=[], targets={}, read=lambda: readings(now[0]))
+    clinic = Clinic(settings, monitor, practice, Guard(), lambda message: None)
+    finding = Finding("allocator_cache", "a", 21, 40, MIB, "bytes", None, "grew", "cap it", benign=True,
+                      remedy=RemedyOutcome("loose_cap", 40))
+    clinic.findings.append(finding)
+    clinic.treatments.append(Treatment(LooseCap(), finding, since=40))
+    monitor.busy(["a"])
+    for step in range(1, 301):
+        now[0] = step
+        completed = monitor.record(step, readings(step), SPECS.__getitem__)
+        clinic.after_sample(step, completed, {}, 0.001, 1.0)
+    assert clinic.investigations >= 1 and emptied[0] > 40  # b was investigated, and the ladder emptied a
+    assert finding.remedy.effective is False, finding.remedy
+    assert any("loose_cap did not stop allocator_cache on a" in note for note in clinic.notes), clinic.notes

@@ -116,3 +116,27 @@ def test_demo_default_is_the_first_installed_case():
 
     assert demo.available()[0] == "mlx-lazy"  # every framework is installed in the dev set
     assert main(["demo", "--case", "nonesuch"]) == 2
+
+
+def test_the_rate_after_an_effective_remedy_is_refit_over_the_rest_of_the_run():
+    """Verification reads a few windows after the remedy, where a flat series quantized to whole MiB can
+    show a slope of most of a MiB a step; the summary's rate after is the slope of all that was read
+    after the remedy, which for that series is far smaller."""
+    from leakdoctor.integrations import MetricSpec
+    from leakdoctor.monitor import Monitor
+    from leakdoctor.report import final_findings
+    from leakdoctor.settings import Settings
+
+    mib = 2.0**20
+    settings = Settings.create(verbose=False)
+    monitor = Monitor(settings)
+    spec = MetricSpec("rss_bytes", "bytes")
+    for step in range(1, 401):  # grows 1 MiB a step until the remedy at 60, then 400 MiB give or take one
+        value = 340 * mib + step * mib if step <= 60 else (400 + (step // 7) % 2 - (step % 13 == 0)) * mib
+        monitor.record(step, {"rss_bytes": value}, lambda name: spec)
+    remedy = RemedyOutcome("gc_collect", applied_step=60, effective=True, rate_after=0.7 * mib)
+    finding = Finding("python_objects", "rss_bytes", first_step=21, detected_step=50, rate_per_step=mib,
+                      unit="bytes", location=None, evidence="rss grew", recommendation="fix it", remedy=remedy)
+    [final], _ = final_findings([finding], monitor, settings)
+    assert abs(final.remedy.rate_after) < 0.01 * mib, final.remedy
+    assert final.rate_per_step == mib and remedy.rate_after == 0.7 * mib  # the finding itself is untouched
