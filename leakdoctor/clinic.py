@@ -286,7 +286,11 @@ class Clinic:
         if self.guard.call(f"remedy {remedy.name}", remedy.undo, self._context_for(finding), default=False):
             outcome.detail += "; undone"
         self.notes.append(f"step {self._step}: {remedy.name} did not stop {finding.cause} on {finding.metric}")
-        if not self._treat(finding):
+        if self._treat(finding):
+            return
+        if finding.benign:  # what goes on growing may not be the cache it was taken for: look again later
+            self.monitor.cool(finding.explains, self._step)
+        else:
             self.monitor.quiet(finding.explains)
 
     def _error(self, part: str) -> str:

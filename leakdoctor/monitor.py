@@ -1,10 +1,11 @@
 """Per-metric detection state: the series, each metric's baseline, and when a metric is suspect.
 
 A metric is suspect when its recent window minima grow significantly (detect.assess) at a rate that is
-material over the horizon. Metrics under investigation or verification are busy; metrics whose finding
-has no remedy are quiet (reported once, not investigated again). A remedy moves the baseline, so only
-samples after it count; a suspicion that ended benign or dismissed also cools the metric down, each
-time for twice as long, so growth that is not a leak cannot trigger investigations over and over.
+material over the horizon. Metrics under investigation or verification are busy; metrics whose leak
+has no remedy (left) are quiet (reported once, not investigated again). A remedy moves the baseline,
+so only samples after it count; a suspicion that ended benign or dismissed, or a benign finding whose
+remedy did not stop the growth (it may not be the cache it was taken for), cools the metric down,
+each time for twice as long, so growth that is not a leak cannot trigger investigations over and over.
 """
 
 from __future__ import annotations
