@@ -40,18 +40,17 @@ def final_findings(findings: list[Finding], monitor: Monitor, settings: Settings
         copy = dataclasses.replace(finding, remedy=dataclasses.replace(finding.remedy) if finding.remedy else None)
         series = monitor.series.get(finding.metric)
         if series is not None and copy.remedy and copy.remedy.effective:
-            copy.remedy.rate_after = rate_since(series, copy.remedy.applied_step, settings, copy.remedy.rate_after)
+            after = whole_fit(series, settings, since=copy.remedy.applied_step)
+            copy.remedy.rate_after = after[0] if after else copy.remedy.rate_after
         elif series is not None:
             until = copy.remedy.applied_step if copy.remedy else None
-            steps, values = series.history(since=finding.first_step - 1, until=until)
-            refit = len(values) >= 2 * settings.window
-            if refit:
-                rate, low, high = theil_sen(*thinned(steps, values))
-                copy.rate_per_step, copy.rate_interval = rate, (low, high)
+            fit = whole_fit(series, settings, since=finding.first_step - 1, until=until)
+            if fit:
+                copy.rate_per_step, copy.rate_interval = fit[0], fit[1:]
             if copy.remedy is None and stopped(finding, monitor, settings):
                 notes.append(stopped_note(finding, findings))
                 continue
-            if refit and not finding.benign and not _material(copy, series, settings):
+            if fit and not finding.benign and not _material(copy, series, settings):
                 notes.append(f"{finding.metric} grew {format_value(copy.rate_per_step, finding.unit)}/step over the "
                              f"run ({finding.cause}): too little to matter over {settings.horizon} steps, not a leak")
                 continue
@@ -59,13 +58,14 @@ def final_findings(findings: list[Finding], monitor: Monitor, settings: Settings
     return final, notes
 
 
-def rate_since(series: Any, step: int, settings: Settings, verified: float | None) -> float | None:
-    """The slope of everything read after `step`, where that is at least two windows; else the rate
-    measured when the remedy was verified (a few windows, so noisier)."""
-    steps, values = series.history(since=step)
+def whole_fit(series: Any, settings: Settings, since: int,
+              until: int | None = None) -> tuple[float, float, float] | None:
+    """Theil–Sen slope and interval of the history in (since, until], where it holds at least two
+    windows (fewer: None, and the rate measured at the time stands)."""
+    steps, values = series.history(since=since, until=until)
     if len(values) < 2 * settings.window:
-        return verified
-    return theil_sen(*thinned(steps, values))[0]
+        return None
+    return theil_sen(*thinned(steps, values))
 
 
 def _material(finding: Finding, series: Any, settings: Settings) -> bool:
