@@ -157,9 +157,17 @@ def varying_shapes_scenario(remedies: str, steps: int, validation_spike: bool = 
     return {"summary": doctor.summary.to_dict(), "limit_after": limit_after, "limit_before": 2**30}
 
 
-def compiled_scenario(steps: int, vary: bool) -> dict:
-    """A compiled train step fed a longer input every step (vary) or always the same shape. Every step is
-    sampled (overhead=1.0): the tests are about what is found and how soon in steps, not the pacing."""
+def rows_at(shapes: str, step: int, start: int = 0) -> int:
+    """Rows fed on `step`: always 16 ("fixed"); 16 until `start`, then one more each step, a new shape
+    every step ("growing"); or one of four bucket sizes in a shuffled order, each traced once ("buckets")."""
+    if shapes == "growing":
+        return 16 + max(0, step - start)
+    return (16, 32, 48, 64)[(step * 7 + step // 4) % 4] if shapes == "buckets" else 16
+
+
+def compiled_scenario(steps: int, shapes: str, start: int = 0) -> dict:
+    """A compiled train step fed `rows_at(shapes, step, start)` rows a step. Every step is sampled
+    (overhead=1.0): the tests are about what is found and how soon in steps, not the pacing."""
     mx.random.seed(0)
     model, opt = mlp(inputs=16), optim.SGD(1e-2)
     loss_and_grad = nn.value_and_grad(model, lambda m, a, b: nn.losses.mse_loss(m(a), b))
@@ -176,7 +184,7 @@ def compiled_scenario(steps: int, vary: bool) -> dict:
     with LeakDoctor(model=model, optimizer=opt, remedies="safe", memory_limit=LIMIT, verbose=False,
                     overhead=1.0) as doctor:
         for step in range(steps):
-            x = data[: 16 + (step if vary else 0)]
+            x = data[: rows_at(shapes, step, start)]
             loss = train_step(x, x[:, :1])
             mx.eval(state, loss)
             doctor.step()
@@ -319,7 +327,7 @@ def test_too_loose_cap_is_undone_and_clear_cache_takes_over():
 
 
 def test_compile_retrace_per_input_shape_is_compile_cache_named_with_its_shapes():
-    summary = isolated(compiled_scenario, 150, vary=True)["summary"]
+    summary = isolated(compiled_scenario, 150, "growing")["summary"]
     finding = only(summary, "compile_cache")
     # the count of traces (an always-on sentinel), or memory if that was confirmed first
     assert finding["metric"] in ("mlx_compile_traces", "rss_bytes")
@@ -332,9 +340,25 @@ def test_compile_retrace_per_input_shape_is_compile_cache_named_with_its_shapes(
     assert summary["verdict"] == "leak"
 
 
+def test_retracing_that_starts_after_warm_up_is_found_within_50_steps():
+    start = 40
+    summary = isolated(compiled_scenario, 200, "growing", start)["summary"]
+    finding = only(summary, "compile_cache")
+    assert finding["detected_step"] - start <= 50
+    assert finding["location"].endswith(f"test_mlx.py:{line_of('COMPILED')}")
+    if finding["metric"] == "mlx_compile_traces":  # a graph a step: the window's full count is the rate
+        assert finding["rate_per_step"] >= 0.5
+
+
 def test_compiled_loop_with_fixed_shapes_is_clean():
-    summary = isolated(compiled_scenario, 200, vary=False)["summary"]
+    summary = isolated(compiled_scenario, 200, "fixed")["summary"]
     assert summary["findings"] == [] and summary["errors"] == []
+
+
+def test_compiled_loop_with_bucketed_shapes_is_no_compile_cache():
+    summary = isolated(compiled_scenario, 200, "buckets")["summary"]
+    assert all(f["cause"] != "compile_cache" for f in summary["findings"]), summary["findings"]
+    assert all(f["benign"] for f in summary["findings"]) and summary["errors"] == []
 
 
 def test_leak_elsewhere_is_not_blamed_on_the_lazy_graph():

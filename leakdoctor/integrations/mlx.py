@@ -25,7 +25,7 @@ import ast
 import reprlib
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Callable, Iterator, Mapping
 
@@ -517,19 +517,25 @@ def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
     """A compiled function traced again and again (see TraceSentinel): at least twice in the window, so
     retracing recurs rather than following one new shape. On memory where it survived the ladder, else on
     the count of traces, explaining both (each compiled graph is kept); named after the function, with the
-    arguments whose shapes change."""
+    arguments whose shapes change. A function traced on every step of the window is a finding on the
+    count of traces even when the investigation was opened by another metric (the buffer cache, which new
+    shapes fill first): its compile cache grows by a graph a step, before any series shows it."""
     traces = ev.reports.get(CompileTraces.name)
-    open_metrics = ev.unexplained(accepted)
-    metric = next((m for m in (RSS, ACTIVE) if m in open_metrics and ev.survives(m)), None) or \
-        (TRACES if TRACES in open_metrics else None)
-    if traces is None or metric is None or not traces.rows or traces.rows[0][2] < 2:
+    if traces is None or not traces.rows or traces.rows[0][2] < 2:
         return []
     name, where, count = traces.rows[0]
+    open_metrics = ev.unexplained(accepted)
+    every_step = count >= ev.steps and TRACES not in ev.notes and all(TRACES not in f.explains for f in accepted)
+    metric = next((m for m in (RSS, ACTIVE) if m in open_metrics and ev.survives(m)), None) or \
+        (TRACES if TRACES in open_metrics or every_step else None)
+    if metric is None:
+        return []
     changing = traces.changing(name)
     memory = "" if metric != TRACES else "".join(f"; {ev.describe(m)}" for m in (RSS, ACTIVE) if m in ev.confirmed)
-    return [ev.finding(
+    growth = ev.describe(metric) if metric in ev.suspects else f"{TRACES} grew by {count}"
+    finding = ev.finding(
         "compile_cache", metric, location=where, explains=tuple(dict.fromkeys((metric, TRACES, RSS))),  # graphs kept
-        evidence=f"{ev.describe(metric)}{memory}; the mx.compile'd function {name} was traced {count} times in "
+        evidence=f"{growth}{memory}; the mx.compile'd function {name} was traced {count} times in "
                  f"{ev.steps} steps" + (f", its arguments changing: {changing}" if changing else "")
                  + ": each call with an input shape, dtype or Python constant it has not seen compiles a new "
                    "graph, and MLX keeps every one in its compile cache",
@@ -537,7 +543,9 @@ def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
                        f"then traces once for any size), or pad its inputs to a few bucket sizes so it traces "
                        f"once per bucket; pass changing Python values as arrays; never create compiled functions "
                        f"inside the loop",
-    )]
+    )
+    # the sentinel counts at most a trace a sample; the window's full count is the rate
+    return [finding if metric in ev.suspects else replace(finding, rate_per_step=count / ev.steps)]
 
 
 def buffer_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
