@@ -37,8 +37,10 @@ class Monitor:
         self.skipped: dict[str, list[int]] = {}  # metric: [first step, count] of NaN/inf readings left out
         assess(range(SCALES[0]), range(SCALES[0]), settings.alpha)  # numpy's first median costs ~10 ms
 
-    def record(self, step: int, readings: Mapping[str, float], spec_of: Callable[[str], MetricSpec]) -> dict[str, list[int]]:
-        """Add one step's readings; return {metric: pyramid levels that completed a window}."""
+    def record(self, step: int, readings: Mapping[str, float], spec_of: Callable[[str], MetricSpec],
+               next_step: int | None = None) -> dict[str, list[int]]:
+        """Add one step's readings; return {metric: pyramid levels that completed a window}. `next_step`:
+        when the next sample is due (a window whose last sample this is closes now, see Series.add)."""
         completed = {}
         for metric, value in readings.items():
             if not math.isfinite(value):  # a NaN or inf reading would poison the statistics: left out
@@ -47,7 +49,7 @@ class Monitor:
             series = self.series.get(metric)
             if series is None:
                 series = self.series[metric] = Series(spec_of(metric), self.settings.window, self.settings.warmup)
-            levels = series.add(step, value)
+            levels = series.add(step, value, next_step)
             if levels:
                 completed[metric] = levels
         return completed

@@ -62,7 +62,8 @@ class Sampler:
         readings = self.probes.read_due()
         if not investigating:
             readings[STEP_TIME], readings[STEP_CPU] = self.account_user_time(step, start)
-        completed = self.monitor.record(step, readings, self.probes.spec)
+        next_step = step + 1 if investigating else step + self.steps_to_next(step)
+        completed = self.monitor.record(step, readings, self.probes.spec, next_step)
         if completed and self.monitor.rising(completed):
             self.hurry_until = step + HURRY_WINDOWS * self.settings.window
         return completed

@@ -38,9 +38,12 @@ class Series:
         self._window_id: int | None = None
         self._window_min: tuple[int, float] | None = None
 
-    def add(self, step: int, value: float) -> list[int]:
-        """Record one sample; return the pyramid levels that gained a new minimum (the previous span of
-        `window` steps closes when the first sample of a later span arrives)."""
+    def add(self, step: int, value: float, next_step: int | None = None) -> list[int]:
+        """Record one sample; return the pyramid levels that gained a new minimum. A span of `window`
+        steps closes when the first sample of a later span arrives, or at once when the next sample is
+        due (`next_step`) in a later span: sampled less often than once a window, a window's one sample
+        is its minimum, and waiting for the next would add a whole stride to every detection. A sample
+        that still falls in a span closed early (the pace quickened) is left out of the pyramid."""
         value = float(value)
         self.end, self.end_step = value, step
         if value > self.peak:
@@ -52,7 +55,9 @@ class Series:
             return []
         if self.start is None:
             self.start = value
-        window_id = (step - self.warmup - 1) // self.window
+        window_id = self._window_of(step)
+        if window_id == self._window_id and self._window_min is None:  # closed early
+            return []
         closed: list[int] = []
         if window_id != self._window_id:
             if self._window_min is not None:
@@ -60,7 +65,13 @@ class Series:
             self._window_id, self._window_min = window_id, (step, value)
         elif value < self._window_min[1]:  # type: ignore[index]
             self._window_min = (step, value)
+        if next_step is not None and self._window_of(next_step) != window_id:
+            closed = sorted({*closed, *self._push(0, self._window_min)})  # type: ignore[arg-type]
+            self._window_min = None
         return closed
+
+    def _window_of(self, step: int) -> int:
+        return (step - self.warmup - 1) // self.window
 
     def _push(self, level: int, entry: tuple[int, float]) -> list[int]:
         self.levels[level].append(entry)
