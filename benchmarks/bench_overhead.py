@@ -6,8 +6,10 @@
 2. At the defaults (0.5% budget), for steps of 1, 5 and 20 ms: the time inside `doctor.step()` over the
    user's time between calls (both timed by the caller in the same loop), against the doctor's own
    account (`summary.overhead`), and the sampling stride the budget chose.
-3. Detection latency at the defaults: a leak of 0.5% of RSS per step starts at step LEAK_START; steps
-   from its start to the finding.
+3. Detection latency at the defaults: a leak of 0.5% of RSS per step starts at step LEAK_START (the
+   pacer still learning what a sample costs: it widens its stride at most twofold at a time) or after
+   SETTLED_SECONDS of steps (the stride the budget settled on); steps from its start to the finding,
+   against what the summary says the budget bought (`overhead["latency_steps"]`).
 4. The machine's floor: a sample's bare minimum (one pread of /proc/self/statm, the process's CPU clock,
    three appends to a list) against one sample of the doctor (plain Python), each after 1, 5 and 20 ms
    of other work, in this thread's CPU time. What a few microseconds of work cost depends on how long
@@ -35,6 +37,7 @@ SAMPLES = 3000
 STEP_MS = (1, 5, 20)
 RUN_SECONDS = 12
 LEAK_START = 120
+SETTLED_SECONDS = 3.0
 LEAK_SHARE = 0.005
 LATENCY_STEPS = 400
 FLOOR_GAPS_MS = (1, 5, 20)
@@ -118,25 +121,30 @@ def fraction(kind: str, step_ms: float) -> dict[str, Any]:
             "latency": overhead.get("latency_steps"), "findings": len(summary.findings)}
 
 
-def latency(step_ms: float) -> dict[str, Any]:
-    """Steps from the start of a 0.5%-of-RSS-per-step leak to the doctor's finding."""
+def latency(step_ms: float, settled: bool) -> dict[str, Any]:
+    """Steps from the start of a 0.5%-of-RSS-per-step leak to the doctor's finding, the leak starting at
+    LEAK_START or once the pacer settled; the stride and the summary's latency just before it starts."""
     from leakdoctor.integrations.process import RssReader
 
     doctor = doctor_for("python")
     kept: list[bytearray] = []
     size = int(LEAK_SHARE * RssReader()())
+    start = max(LEAK_START, int(SETTLED_SECONDS / (step_ms / 1e3))) if settled else LEAK_START
+    before: dict[str, Any] = {}
 
     def leak(i: int) -> None:
-        if i >= LEAK_START:
+        if i == start:
+            overhead = doctor.summary.overhead
+            before.update(stride=overhead["sample_stride"], promised=overhead["latency_steps"])
+        if i >= start:
             kept.append(bytearray(b"x" * size))
 
-    timed_loop(doctor, LATENCY_STEPS, step_ms / 1e3, leak)
+    timed_loop(doctor, start + LATENCY_STEPS, step_ms / 1e3, leak)
     summary = doctor.finish()
     found = [f for f in summary.findings if not f.benign and f.metric == "rss_bytes"]
     detected = min((f.detected_step for f in found), default=None)
-    return {"step_ms": step_ms, "leak_kib": size / 1024, "cause": found[0].cause if found else None,
-            "steps": detected - LEAK_START if detected is not None else None,
-            "stride": summary.settings["sample_stride"]}
+    return {"step_ms": step_ms, "start": start, "leak_kib": size / 1024, "cause": found[0].cause if found else None,
+            "steps": detected - start if detected is not None else None, **before}
 
 
 def floor() -> dict[str, Any]:
@@ -182,7 +190,7 @@ def child(args: list[str]) -> None:
     elif what == "floor":
         result = floor()
     else:
-        result = latency(float(args[1]))
+        result = latency(float(args[1]), args[2] == "settled")
     print(json.dumps(result))
 
 
@@ -197,7 +205,7 @@ def main() -> None:
     kinds = ("python", "torch", "jax", "keras", "mlx")
     costs = {kind: run("cost", kind) for kind in kinds}
     fractions = [run("fraction", kind, ms) for kind in ("python", "torch") for ms in STEP_MS]
-    latencies = [run("latency", ms) for ms in STEP_MS]
+    latencies = [run("latency", ms, when) for when in ("early", "settled") for ms in STEP_MS]
     floors = run("floor")
     print(json.dumps({"costs": costs, "fractions": fractions, "latencies": latencies, "floor": floors}, indent=1),
           flush=True)
@@ -215,8 +223,9 @@ def section(costs: dict[str, Any], fractions: list[dict[str, Any]], latencies: l
                      for kind, f in zip(kinds, fractions)]
     floor_rows = [[f"{gap} ms", f"{f['bare']:.1f} µs", f"{f['doctor']:.1f} µs", f"{f['doctor'] / f['bare']:.1f}"]
                   for gap, f in floors.items()] if "error" not in floors else [["-", floors["error"], "-", "-"]]
-    latency_rows = [[f"{r.get('step_ms', '?')} ms", f"{r.get('leak_kib', 0):.0f} KiB", r.get("cause", r.get("error")),
-                     r.get("steps"), r.get("stride")] for r in latencies]
+    latency_rows = [[f"{r.get('step_ms', '?')} ms", r.get("start", "-"), f"{r.get('leak_kib', 0):.0f} KiB",
+                     r.get("cause", r.get("error")), r.get("steps"), r.get("stride", "-"), r.get("promised", "-")]
+                    for r in latencies]
     return f"""
 ## What a sample costs, and what the budget buys (issue #11)
 
@@ -241,9 +250,12 @@ the stride the budget chose.
         "latency", "findings"], fraction_rows)}
 
 Detection latency at the defaults: plain Python, a leak of {LEAK_SHARE:.1%} of RSS per step (bytes kept in a
-list) from step {LEAK_START}. Target: at most 50 steps from its start to the finding.
+list) from step {LEAK_START} (the pacer still widening its stride) or after {SETTLED_SECONDS:.0f} s of steps (the
+stride settled). Target: at most 50 steps from its start to the finding. "stride" and "summary's latency"
+are the doctor's as the leak starts (`doctor.summary.overhead`: `sample_stride`, `latency_steps`).
 
-{table(["step", "leak per step", "cause", "steps to detect", "stride"], latency_rows)}
+{table(["step", "leak from step", "leak per step", "cause", "steps to detect", "stride", "summary's latency"],
+       latency_rows)}
 
 The machine's floor: this thread's CPU time for the bare minimum of a sample (one pread of
 /proc/self/statm, the process's CPU clock, three appends) and for one sample of the doctor in plain
