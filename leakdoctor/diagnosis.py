@@ -8,7 +8,7 @@ framework rule is not reported again by a generic one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from leakdoctor.detect import Trend
 from leakdoctor.guard import Guard
@@ -164,11 +164,14 @@ class Evidence:
     def confirmed(self) -> list[str]:
         return [m for m in self.suspects if self.growing(m)]
 
-    def unexplained(self, accepted: Iterable[Finding]) -> list[str]:
-        """Confirmed suspects that no finding accepted so far explains and no rule has noted (a note is a
-        rule's verdict too: not a leak, said why)."""
-        explained = {m for f in accepted for m in f.explains}
-        return [m for m in self.confirmed if m not in explained and m not in self.notes]
+    def explained(self, metric: str, accepted: Sequence[Finding]) -> bool:
+        """Does a finding accepted so far explain the metric, or has a rule noted it (a note is a rule's
+        verdict too: not a leak, said why)?"""
+        return metric in self.notes or any(metric in f.explains for f in accepted)
+
+    def unexplained(self, accepted: Sequence[Finding]) -> list[str]:
+        """Confirmed suspects that are not explained yet."""
+        return [m for m in self.confirmed if not self.explained(m, accepted)]
 
     def rate(self, metric: str) -> float:
         trend = self.suspects.get(metric) or self.trends.get(metric)

@@ -525,7 +525,7 @@ def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         return []
     name, where, count = traces.rows[0]
     open_metrics = ev.unexplained(accepted)
-    every_step = count >= ev.steps and TRACES not in ev.notes and all(TRACES not in f.explains for f in accepted)
+    every_step = count >= ev.steps and not ev.explained(TRACES, accepted)
     metric = next((m for m in (RSS, ACTIVE) if m in open_metrics and ev.survives(m)), None) or \
         (TRACES if TRACES in open_metrics or every_step else None)
     if metric is None:
