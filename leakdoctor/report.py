@@ -89,17 +89,25 @@ def skipped_notes(monitor: Monitor) -> list[str]:
 
 def stopped(finding: Finding, monitor: Monitor, settings: Settings) -> bool:
     """Did the growth stop by itself after detection? Judged on the last 2 * verify_windows windows (a
-    cache that went on filling for a while after detection and then stayed bounded has stopped), where
-    what still grows must be material to count."""
+    cache that went on filling for a while after detection and then stayed bounded has stopped): they
+    grow at most a quarter as fast as the growth did when it was found, and what still grows there is
+    either too little to matter or also at most a quarter of the growth's pace over the whole run since
+    it began. A cache that filled may leave a material creep (a pool's rarer size classes, filled late;
+    a heap's fragmentation), far slower than its filling; a slow leak whose rate the few windows at
+    detection overstated keeps its pace over the whole run."""
     needed = 2 * settings.verify_windows
     if monitor.windows_since(finding.metric, finding.detected_step) < needed:
         return False
     series = monitor.series[finding.metric]
     recent = max(finding.detected_step, series.end_step - needed * settings.window)
     after = monitor.trend_since(finding.metric, recent)
-    still = after.growing and is_material(series.spec.unit, after.slope, series.end or 0.0, settings.horizon,
-                                          series.spec.limit)  # a few pages of creep, however steady, is no leak
-    return not still and after.slope <= 0.25 * finding.rate_per_step
+    if after.slope > 0.25 * finding.rate_per_step:
+        return False
+    if not after.growing or not is_material(series.spec.unit, after.slope, series.end or 0.0, settings.horizon,
+                                            series.spec.limit):
+        return True  # a few pages of creep, however steady, is no leak
+    whole = whole_fit(series, settings, since=finding.first_step - 1)
+    return whole is not None and after.slope <= 0.25 * whole[0]
 
 
 def stopped_note(finding: Finding, findings: list[Finding]) -> str:
