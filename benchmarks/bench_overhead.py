@@ -10,9 +10,9 @@
    pacer still learning what a sample costs: it widens its stride at most twofold at a time) or after
    SETTLED_SECONDS of steps (the stride the budget settled on); steps from its start to the finding,
    against what the summary says the budget bought (`overhead["latency_steps"]`).
-4. The machine's floor: a sample's bare minimum (one pread of /proc/self/statm, the process's CPU clock,
-   three appends to a list) against one sample of the doctor (plain Python), each after 1, 5 and 20 ms
-   of other work, in this thread's CPU time. What a few microseconds of work cost depends on how long
+4. The machine's floor: an empty call, a sample's bare minimum (one pread of /proc/self/statm, the
+   process's CPU clock, three appends to a list), an RSS-only sample and one sample of the doctor (plain
+   Python), each after 1, 5 and 20 ms of other work, in this thread's CPU time. What a few microseconds of work cost depends on how long
    the caches and the TLB have been someone else's.
 
 Each measurement runs in a fresh subprocess (`python benchmarks/bench_overhead.py KIND ...` runs one),
@@ -148,31 +148,46 @@ def latency(step_ms: float, settled: bool) -> dict[str, Any]:
 
 
 def floor() -> dict[str, Any]:
-    """Median CPU time of the bare minimum of a sample and of one doctor sample, after each gap of busy
-    work (both in the same loop, alternating, so that drift hits both)."""
+    """Median CPU time, after each gap of busy work, of: an empty call; the bare minimum of a sample; an
+    RSS-only sample (leakdoctor's statm reader and one series append, what a glance between full samples
+    would cost); one doctor sample. All in the same loop, in turn, so that drift hits each."""
     import os
+
+    from leakdoctor.integrations import MetricSpec
+    from leakdoctor.integrations.process import RssReader
+    from leakdoctor.series import Series
 
     doctor = doctor_for("python", overhead=1.0)
     fd = os.open("/proc/self/statm", os.O_RDONLY)
     kept: list[float] = []
+    read, series = RssReader(), Series(MetricSpec("rss_bytes"), window=6, warmup=0)
+    glances = [0]
+
+    def empty() -> None:
+        pass
 
     def bare() -> None:
         kept.append(float(os.pread(fd, 128, 0).split()[1]))
         kept.append(time.process_time())
         kept.append(time.perf_counter())
 
+    def rss_only() -> None:
+        step = glances[0] = glances[0] + 6  # one sample a window, each closing its window at once
+        series.add(step, read(), step + 6)
+
     def sample() -> None:
         doctor._countdown = 0  # the next step is sampled
         doctor.step()
 
+    calls = {"empty": empty, "bare": bare, "rss_only": rss_only, "doctor": sample}
     result = {}
     for gap in FLOOR_GAPS_MS:
-        costs: dict[str, list[float]] = {"bare": [], "doctor": []}
-        for i in range(2 * FLOOR_SAMPLES):
-            name, call = ("bare", bare) if i % 2 else ("doctor", sample)
+        costs: dict[str, list[float]] = {name: [] for name in calls}
+        for i in range(len(calls) * FLOOR_SAMPLES):
+            name = list(calls)[i % len(calls)]
             busy(gap / 1e3)
             start = time.thread_time()
-            call()
+            calls[name]()
             costs[name].append(time.thread_time() - start)
         result[gap] = {name: 1e6 * statistics.median(values[10:]) for name, values in costs.items()}
         kept.clear()
@@ -221,8 +236,9 @@ def section(costs: dict[str, Any], fractions: list[dict[str, Any]], latencies: l
                       _gap(f), f.get("stride", f.get("error")), f.get("investigations", "-"),
                       f"{f.get('forensic_s', 0):.2f} s", f.get("latency", "-"), f.get("findings", "-")]
                      for kind, f in zip(kinds, fractions)]
-    floor_rows = [[f"{gap} ms", f"{f['bare']:.1f} µs", f"{f['doctor']:.1f} µs", f"{f['doctor'] / f['bare']:.1f}"]
-                  for gap, f in floors.items()] if "error" not in floors else [["-", floors["error"], "-", "-"]]
+    floor_rows = [[f"{gap} ms", *(f"{f[name]:.1f} µs" for name in ("empty", "bare", "rss_only", "doctor")),
+                   f"{f['doctor'] / f['bare']:.1f}"]
+                  for gap, f in floors.items()] if "error" not in floors else [["-", floors["error"], "-", "-", "-", "-"]]
     latency_rows = [[f"{r.get('step_ms', '?')} ms", r.get("start", "-"), f"{r.get('leak_kib', 0):.0f} KiB",
                      r.get("cause", r.get("error")), r.get("steps"), r.get("stride", "-"), r.get("promised", "-")]
                     for r in latencies]
@@ -257,13 +273,17 @@ are the doctor's as the leak starts (`doctor.summary.overhead`: `sample_stride`,
 {table(["step", "leak from step", "leak per step", "cause", "steps to detect", "stride", "summary's latency"],
        latency_rows)}
 
-The machine's floor: this thread's CPU time for the bare minimum of a sample (one pread of
-/proc/self/statm, the process's CPU clock, three appends) and for one sample of the doctor in plain
-Python, each right after the stated time of busy work (median of {FLOOR_SAMPLES} each, alternating). The
-same few microseconds of work cost several times more once other work has had the caches and the TLB
-for a while: the doctor's sample at a stride of many steps pays that, and so would any counter read.
+The machine's floor: this thread's CPU time, each right after the stated time of busy work (median of
+{FLOOR_SAMPLES} each, in turn), for an empty Python call; the bare minimum of a sample (one pread of
+/proc/self/statm, the process's CPU clock, three appends); an RSS-only sample (leakdoctor's statm reader
+and one append to a series, each closing a window: what a glance between full samples would cost); and
+one sample of the doctor in plain Python. The same few microseconds of work cost several times more
+once other work has had the caches and the TLB for a while: the doctor's sample at a stride of many
+steps pays that, and so would any counter read. At 1 ms steps the 0.5% budget is 5 µs a step, so
+reading resident memory once a window (every 6 steps, what a 50-step latency needs) must cost at most
+30 µs after 6 ms of other work, the whole budget.
 
-{table(["after", "bare minimum", "doctor's sample", "ratio"], floor_rows)}
+{table(["after", "empty call", "bare minimum", "RSS-only sample", "doctor's sample", "doctor / bare"], floor_rows)}
 """
 
 

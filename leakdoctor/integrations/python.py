@@ -392,10 +392,12 @@ def _holds_the_rss_growth(ev: Evidence, held: float) -> bool:
 
 def slows_the_step(ev: Evidence) -> bool:
     """Has the CPU time per step grown by SLOWER of itself over the windows its trend spans (the Burn
-    case: a collection walked every step)? A significant trend alone is not enough: on a busy machine
-    the step's CPU time drifts up by a few percent (caches and memory bandwidth shared with others)."""
+    case: a collection walked every step), at the low end of its slope's confidence interval? A
+    significant trend alone is not enough: on a busy machine the step's CPU time drifts up by a few
+    percent (caches and memory bandwidth shared with others), and a neighbour's load that changes once
+    lifts it in one step, whose slope estimate can reach a fifth while its interval reaches far lower."""
     trend = ev.trends.get("step_cpu_seconds")
-    return trend is not None and trend.growing and trend.slope * trend.span >= SLOWER * trend.first > 0
+    return trend is not None and trend.growing and trend.slope_low * trend.span >= SLOWER * trend.first > 0
 
 
 def step_time_note(ev: Evidence) -> str:
