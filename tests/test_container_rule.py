@@ -58,9 +58,10 @@ def test_a_loss_history_does_not_take_a_resident_growth_it_cannot_hold():
     assert container_rule(watchlist).fn(evidence, []) == []
 
 
-def slower_steps(items: list) -> list:
+def slower_steps(items: list, low: float = 0.4) -> list:
     """The container rule's findings for a watched list that gained `items` in a window of 8 steps and
-    was the suspect, while the step's CPU time rose from 5 ms by half over 200 steps."""
+    was the suspect, while the step's CPU time rose from 5 ms by half over 200 steps, by `low` of itself
+    at the low end of the slope's confidence interval."""
     trainer = Trainer()
     watchlist = Watchlist(Guard())
     watchlist.add_object(trainer, "trainer", include_private=False)
@@ -72,7 +73,7 @@ def slower_steps(items: list) -> list:
              "step_cpu_seconds": MetricSpec("step_cpu_seconds", "seconds", source="process"),
              **{m: watchlist.spec(m) for m in start}}
     count = Trend("growing", slope=1.0)
-    cpu = Trend("growing", slope=2.5e-3 / 200, first=5e-3, span=200)
+    cpu = Trend("growing", slope=2.5e-3 / 200, slope_low=low * 5e-3 / 200, first=5e-3, span=200)
     begin = Ladder([("before", {"rss_bytes": 500.0 * MIB, **start})], step=40)
     finish = Ladder([("before", {"rss_bytes": 500.0 * MIB, **end})], step=40 + STEPS)
     evidence = Evidence(start_step=40, end_step=40 + STEPS, suspects={metric: count},
@@ -88,3 +89,9 @@ def test_a_history_of_floats_is_no_leak_however_the_step_slowed_but_a_walked_lis
     assert slower_steps([0.5] * STEPS) == []
     (found,) = slower_steps([[0.5] for _ in range(STEPS)])
     assert found.cause == "container_growth" and "CPU time per step rising" in found.evidence
+
+
+def test_a_step_whose_slowing_is_a_fifth_only_at_the_slope_estimate_does_not_make_a_list_a_leak():
+    """A neighbour's load that changed once: the slope's estimate says the step got half slower, its
+    confidence interval reaches down to a twentieth; the list's items hold nothing, so no finding."""
+    assert slower_steps([[0.5] for _ in range(STEPS)], low=0.05) == []
