@@ -12,8 +12,8 @@
    against what the summary says the budget bought (`overhead["latency_steps"]`).
 4. The machine's floor: an empty call, a sample's bare minimum (one pread of /proc/self/statm, the
    process's CPU clock, three appends to a list), an RSS-only sample and one sample of the doctor (plain
-   Python), each after 1, 5 and 20 ms of other work, in this thread's CPU time. What a few microseconds of work cost depends on how long
-   the caches and the TLB have been someone else's.
+   Python), each after 1, 5 and 20 ms of other work, in this thread's CPU time. What a few microseconds
+   of work cost depends on how long the caches and the TLB have been someone else's.
 
 Each measurement runs in a fresh subprocess (`python benchmarks/bench_overhead.py KIND ...` runs one),
 so no framework's imports or threads touch another's figures. Steps are busy waits on the clock, so the
@@ -183,8 +183,7 @@ def floor() -> dict[str, Any]:
     result = {}
     for gap in FLOOR_GAPS_MS:
         costs: dict[str, list[float]] = {name: [] for name in calls}
-        for i in range(len(calls) * FLOOR_SAMPLES):
-            name = list(calls)[i % len(calls)]
+        for name in [*calls] * FLOOR_SAMPLES:  # in turn
             busy(gap / 1e3)
             start = time.thread_time()
             calls[name]()

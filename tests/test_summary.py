@@ -119,30 +119,6 @@ def test_demo_default_is_the_first_installed_case():
     assert main(["demo", "--case", "nonesuch"]) == 2
 
 
-def test_the_rate_after_an_effective_remedy_is_refit_over_the_rest_of_the_run():
-    """Verification reads a few windows after the remedy, where a flat series quantized to whole MiB can
-    show a slope of most of a MiB a step; the summary's rate after is the slope of all that was read
-    after the remedy, which for that series is far smaller."""
-    from leakdoctor.integrations import MetricSpec
-    from leakdoctor.monitor import Monitor
-    from leakdoctor.report import final_findings
-    from leakdoctor.settings import Settings
-
-    mib = 2.0**20
-    settings = Settings.create(verbose=False)
-    monitor = Monitor(settings)
-    spec = MetricSpec("rss_bytes", "bytes")
-    for step in range(1, 401):  # grows 1 MiB a step until the remedy at 60, then 400 MiB give or take one
-        value = 340 * mib + step * mib if step <= 60 else (400 + (step // 7) % 2 - (step % 13 == 0)) * mib
-        monitor.record(step, {"rss_bytes": value}, lambda name: spec)
-    remedy = RemedyOutcome("gc_collect", applied_step=60, effective=True, rate_after=0.7 * mib)
-    finding = Finding("python_objects", "rss_bytes", first_step=21, detected_step=50, rate_per_step=mib,
-                      unit="bytes", location=None, evidence="rss grew", recommendation="fix it", remedy=remedy)
-    [final], _ = final_findings([finding], monitor, settings)
-    assert abs(final.remedy.rate_after) < 0.01 * mib, final.remedy
-    assert final.rate_per_step == mib and remedy.rate_after == 0.7 * mib  # the finding itself is untouched
-
-
 def _fed_monitor(value_at: Callable[[int], float], steps: int) -> tuple[Any, Any]:
     """A monitor at the default settings whose resident memory read `value_at(step)` on every step."""
     from leakdoctor.integrations import MetricSpec
@@ -155,6 +131,26 @@ def _fed_monitor(value_at: Callable[[int], float], steps: int) -> tuple[Any, Any
     for step in range(1, steps + 1):
         monitor.record(step, {"rss_bytes": value_at(step)}, lambda name: spec)
     return monitor, settings
+
+
+def test_the_rate_after_an_effective_remedy_is_refit_over_the_rest_of_the_run():
+    """Verification reads a few windows after the remedy, where a flat series quantized to whole MiB can
+    show a slope of most of a MiB a step; the summary's rate after is the slope of all that was read
+    after the remedy, which for that series is far smaller."""
+    from leakdoctor.report import final_findings
+
+    mib = 2.0**20
+
+    def rss(step: int) -> float:  # grows 1 MiB a step until the remedy at 60, then 400 MiB give or take one
+        return 340 * mib + step * mib if step <= 60 else (400 + (step // 7) % 2 - (step % 13 == 0)) * mib
+
+    monitor, settings = _fed_monitor(rss, 400)
+    remedy = RemedyOutcome("gc_collect", applied_step=60, effective=True, rate_after=0.7 * mib)
+    finding = Finding("python_objects", "rss_bytes", first_step=21, detected_step=50, rate_per_step=mib,
+                      unit="bytes", location=None, evidence="rss grew", recommendation="fix it", remedy=remedy)
+    [final], _ = final_findings([finding], monitor, settings)
+    assert abs(final.remedy.rate_after) < 0.01 * mib, final.remedy
+    assert final.rate_per_step == mib and remedy.rate_after == 0.7 * mib  # the finding itself is untouched
 
 
 def test_a_pool_that_filled_and_then_creeps_a_little_ends_clean():
