@@ -106,7 +106,12 @@ def test_models_built_in_a_loop_are_found_across_fits_and_clear_session_stops_th
     assert summary["framework"] == "keras" and summary["steps"] == fits  # the across-calls clock: one step per fit
     assert result["written"] == list(range(1, fits + 1))  # the cumulative summary, rewritten after every fit
     found = finding(summary, "python_objects")
-    assert found["metric"] == "rss_bytes" and found["location"] == site("fit-in-loop")
+    # On jax the models' variables are jax arrays, so the finding may stand on the live bytes jax holds
+    # instead: in a window where Python's own collections had already freed most old models, what
+    # resident memory gave back came back at malloc_trim (the C heap's cache, left to its own rule), while
+    # the arrays of the models still piling up came back at gc.collect(). Both measure the same models.
+    assert found["metric"] in ({"rss_bytes", "jax_live_bytes_cpu"} if backend == "jax" else {"rss_bytes"})
+    assert found["location"] == site("fit-in-loop")
     assert "new models in" in found["evidence"] and "per new model" in found["evidence"]
     assert "gc.collect() took it back" in found["evidence"] or "not given back" in found["evidence"]
     assert "keras.backend.clear_session()" in found["recommendation"]
