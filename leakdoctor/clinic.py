@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from leakdoctor import oom, remedies, report
-from leakdoctor.detect import is_material
+from leakdoctor.detect import Trend, is_material
 from leakdoctor.diagnosis import diagnose, unexplained_notes
 from leakdoctor.guard import Guard
 from leakdoctor.integrations import Cleanup, Forensic, MetricSpec, Rule
@@ -38,6 +38,8 @@ class Treatment:
     finding: Finding
     since: int  # verification reads the series from here: the remedy, or the end of a later investigation
     verified: bool = False
+    undecided_at: int = 0  # windows read when a judgement was last put off (the slope's interval still
+                           # reached an effective rate): judge again only once more have closed
 
 
 @dataclass
@@ -257,13 +259,16 @@ class Clinic:
         return False
 
     def _verify(self, minimum: int | None = None) -> None:
+        """Judge the remedies whose growth has been read long enough since; `minimum` (at the end of the
+        run): judge with what there is, putting nothing off."""
         for treatment in list(self.treatments):
-            if treatment.verified or self.monitor.windows_since(treatment.finding.metric, treatment.since) < (
-                    minimum or self.settings.verify_windows):
+            windows = self.monitor.windows_since(treatment.finding.metric, treatment.since)
+            if treatment.verified or windows < (minimum or self.settings.verify_windows) \
+                    or windows <= treatment.undecided_at:
                 continue
-            self._judge(treatment)
+            self._judge(treatment, windows, final=minimum is not None)
 
-    def _judge(self, treatment: Treatment) -> None:
+    def _judge(self, treatment: Treatment, windows: int, final: bool = False) -> None:
         finding, remedy = treatment.finding, treatment.remedy
         outcome = finding.remedy
         assert outcome is not None
@@ -272,8 +277,13 @@ class Clinic:
         if after.growing and not is_material(series.spec.unit, after.slope, series.end or 0.0, self.settings.horizon,
                                              series.spec.limit):
             after = dataclasses.replace(after, kind="flat")  # what is left is too small to be a leak
-        worked = bool(self.guard.call(f"remedy {remedy.name}", remedy.worked, finding.rate_per_step, after,
-                                      default=False))
+        worked = self._worked(remedy, finding, after)
+        if not worked and not final and windows < 2 * self.settings.verify_windows and \
+                self._worked(remedy, finding, dataclasses.replace(after, kind="flat", slope=after.slope_low)):
+            # the low end of the slope's interval says it worked: a jump among a few readings (a compile,
+            # a buffer) can lift the estimate over the line; read more before undoing the remedy
+            treatment.undecided_at = windows
+            return
         outcome.effective, outcome.rate_after = worked, after.slope
         treatment.verified = True
         self.say(f"step {self._step}: {remedy.name} {'worked' if worked else 'did NOT work'} on {finding.cause} "
@@ -292,6 +302,10 @@ class Clinic:
             self.monitor.cool(finding.explains, self._step)
         else:
             self.monitor.quiet(finding.explains)
+
+    def _worked(self, remedy: Remedy, finding: Finding, after: Trend) -> bool:
+        return bool(self.guard.call(f"remedy {remedy.name}", remedy.worked, finding.rate_per_step, after,
+                                    default=False))
 
     def _error(self, part: str) -> str:
         return next((e["error"] for e in reversed(self.guard.errors) if e["part"] == part), "failed")

@@ -2,7 +2,8 @@
 a metric that becomes suspect while an investigation is open joins it, and once investigations have
 used their budget, a suspect waits if it was investigated before or while a leak found so far still
 grows, but not the first suspicion of another metric after a growth that stopped (a warm-up); and a
-remedy is judged on what follows an investigation whose cleanup ladder emptied what it is judged on."""
+remedy is judged on what follows an investigation whose cleanup ladder emptied what it is judged on, and
+is not undone for one jump among the few readings that judge it."""
 
 from __future__ import annotations
 
@@ -122,3 +123,42 @@ def test_a_remedy_is_judged_on_what_follows_an_investigation_whose_ladder_emptie
     # No remedy is left, and what goes on growing may not be the cache it was taken for: a is looked at
     # again (after a cool-down), not left unwatched for the rest of the run.
     assert "a" in clinic._investigated, clinic.notes
+
+
+class TightCap(LooseCap):
+    """A remedy that stops the growth it treats."""
+
+    name = "tight_cap"
+
+
+def test_a_remedy_is_not_undone_for_one_jump_among_the_readings_that_judge_it():
+    """a grows a MiB a step until a remedy stops it at step 40; 24 steps later one allocation that stays
+    lifts a by 24 MiB. On the 8 windows that judge the remedy, half before the jump and half after, the
+    slope's estimate is over a quarter of the rate before, its interval reaching down to zero: the
+    verdict waits for more windows, and the flat ones that follow say the remedy worked."""
+    def readings(step: int) -> dict[str, float]:
+        return {"a": 100 * MIB + min(step, 40) * MIB + (24 * MIB if step > 64 else 0), "b": 100 * MIB}
+
+    settings = Settings.create(verbose=False)
+    monitor = Monitor(settings)
+    practice = Practice(forensics=[], cleanups=[], rules=[], targets={}, read=lambda: {})
+    clinic = Clinic(settings, monitor, practice, Guard(), lambda message: None)
+    finding = Finding("allocator_cache", "a", 21, 40, MIB, "bytes", None, "grew", "cap it", benign=True,
+                      remedy=RemedyOutcome("tight_cap", 40))
+    clinic.findings.append(finding)
+    clinic.treatments.append(Treatment(TightCap(), finding, since=40))
+    monitor.busy(["a"])
+    judged = {}
+    for step in range(1, 161):
+        completed = monitor.record(step, readings(step), SPECS.__getitem__)
+        clinic.after_sample(step, completed, {}, 0.001, 1.0)
+        judged.setdefault(finding.remedy.effective, step)
+    assert finding.remedy.effective is True and judged[True] > 40 + 8 * 6, (finding.remedy, judged)
+    assert not any("did not stop" in note for note in clinic.notes), clinic.notes
+    assert finding.remedy.rate_after <= 0.25 * MIB, finding.remedy
+    # What the first 8 windows alone say: an estimate over the line, an interval reaching under it.
+    first_eight = Monitor(settings)
+    for step in range(1, 40 + 8 * 6 + 1):
+        first_eight.record(step, readings(step), SPECS.__getitem__)
+    trend = first_eight.trend_since("a", 40)
+    assert trend.slope > 0.25 * MIB >= trend.slope_low, trend

@@ -117,7 +117,8 @@ def test_models_built_in_a_loop_are_found_across_fits_and_clear_session_stops_th
     assert "keras.backend.clear_session()" in found["recommendation"]
     # The models piled up: memory grew by at least half a model per new model (every call brings one).
     model_bytes = summary["series"]["keras_model_bytes"]["end"]
-    assert found["rate_per_step"] >= 0.5 * model_bytes, (found["rate_per_step"], model_bytes)
+    others = [(f["cause"], f["metric"], f["benign"], f["first_step"], f["rate_per_step"]) for f in summary["findings"]]
+    assert found["rate_per_step"] >= 0.5 * model_bytes, (found, model_bytes, others, summary["notes"])
     remedy = found["remedy"]
     assert remedy["name"] == "clear_session" and remedy["effective"] is True, remedy
     assert remedy["rate_after"] < 0.5 * model_bytes < found["rate_per_step"], remedy
