@@ -7,7 +7,7 @@ is not undone for one jump among the few readings that judge it."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 from leakdoctor.clinic import Clinic, Practice, Treatment
 from leakdoctor.detect import Trend
@@ -24,20 +24,43 @@ GROWING = Trend("growing", slope=MIB)
 Readings = Callable[[int], dict[str, float]]
 
 
-def fed(readings: Readings, steps: int, treat: bool = True) -> Clinic:
-    """A clinic at the default settings (warm-up 20, windows of 6 steps) whose series got `readings(step)`
-    on steps 1 to `steps`, each sample handed on to the clinic as the doctor does (unless not `treat`)."""
+def clinic_reading(readings: Readings, cleanups: Sequence[Cleanup] = ()) -> tuple[Clinic, list[int]]:
+    """A clinic at the default settings (warm-up 20, windows of 6 steps) whose probes read
+    `readings(step)` at the step held in the list returned beside it."""
     settings = Settings.create(verbose=False)
-    monitor = Monitor(settings)
     now = [0]
-    practice = Practice(forensics=[], cleanups=[], rules=[], targets={}, read=lambda: readings(now[0]))
-    clinic = Clinic(settings, monitor, practice, Guard(), lambda message: None)
+    practice = Practice(forensics=[], cleanups=list(cleanups), rules=[], targets={}, read=lambda: readings(now[0]))
+    return Clinic(settings, Monitor(settings), practice, Guard(), lambda message: None), now
+
+
+def feed(clinic: Clinic, now: list[int], readings: Readings, steps: int, treat: bool = True,
+         each_step: Callable[[int], None] = lambda step: None) -> Clinic:
+    """Steps 1 to `steps`: `readings(step)` recorded, each sample handed on to the clinic as the doctor
+    does (unless not `treat`), then `each_step(step)`."""
     for step in range(1, steps + 1):
         now[0] = step
-        completed = monitor.record(step, readings(step), SPECS.__getitem__)
+        completed = clinic.monitor.record(step, readings(step), SPECS.__getitem__)
         if treat:
             clinic.after_sample(step, completed, {}, 0.001, 1.0)
+        each_step(step)
     return clinic
+
+
+def fed(readings: Readings, steps: int, treat: bool = True) -> Clinic:
+    """A clinic whose series got `readings(step)` on steps 1 to `steps` (see feed)."""
+    return feed(*clinic_reading(readings), readings, steps, treat)
+
+
+def treating(remedy: Remedy, readings: Readings, cleanups: Sequence[Cleanup] = ()) -> tuple[Clinic, list[int]]:
+    """A clinic (see clinic_reading) with one finding, a cache on a since step 21, that `remedy` treats
+    from step 40: its verdict is the clinic's to give."""
+    clinic, now = clinic_reading(readings, cleanups)
+    finding = Finding("allocator_cache", "a", 21, 40, MIB, "bytes", None, "grew", "cap it", benign=True,
+                      remedy=RemedyOutcome(remedy.name, 40))
+    clinic.findings.append(finding)
+    clinic.treatments.append(Treatment(remedy, finding, since=40))
+    clinic.monitor.busy(["a"])
+    return clinic, now
 
 
 def over_budget(clinic: Clinic, investigated: str, suspect: str) -> bool:
@@ -98,25 +121,14 @@ def test_a_remedy_is_judged_on_what_follows_an_investigation_whose_ladder_emptie
     applied at step 40. b then grows and is investigated, and the investigation's ladder empties a's cache
     three times: read from step 40, a's level falls, and the remedy would look as if it worked. Judged on
     what follows the investigation, it did not, and is noted so; then a is investigated itself."""
-    settings = Settings.create(verbose=False)
-    monitor = Monitor(settings)
-    now, emptied = [0], [0]
+    emptied = [0]
 
     def readings(step: int) -> dict[str, float]:
         return {"a": 100 * MIB + (step - emptied[0]) * MIB, "b": 100 * MIB + max(0, step - 40) * 2 * MIB}
 
     empty = Cleanup("clear_cache", run=lambda: emptied.__setitem__(0, now[0]))
-    practice = Practice(forensics=[], cleanups=[empty], rules=[], targets={}, read=lambda: readings(now[0]))
-    clinic = Clinic(settings, monitor, practice, Guard(), lambda message: None)
-    finding = Finding("allocator_cache", "a", 21, 40, MIB, "bytes", None, "grew", "cap it", benign=True,
-                      remedy=RemedyOutcome("loose_cap", 40))
-    clinic.findings.append(finding)
-    clinic.treatments.append(Treatment(LooseCap(), finding, since=40))
-    monitor.busy(["a"])
-    for step in range(1, 301):
-        now[0] = step
-        completed = monitor.record(step, readings(step), SPECS.__getitem__)
-        clinic.after_sample(step, completed, {}, 0.001, 1.0)
+    clinic, now = treating(LooseCap(), readings, [empty])
+    finding = feed(clinic, now, readings, 300).findings[0]
     assert clinic.investigations >= 1 and emptied[0] > 40  # b was investigated, and the ladder emptied a
     assert finding.remedy.effective is False, finding.remedy
     assert any("loose_cap did not stop allocator_cache on a" in note for note in clinic.notes), clinic.notes
@@ -139,26 +151,12 @@ def test_a_remedy_is_not_undone_for_one_jump_among_the_readings_that_judge_it():
     def readings(step: int) -> dict[str, float]:
         return {"a": 100 * MIB + min(step, 40) * MIB + (24 * MIB if step > 64 else 0), "b": 100 * MIB}
 
-    settings = Settings.create(verbose=False)
-    monitor = Monitor(settings)
-    practice = Practice(forensics=[], cleanups=[], rules=[], targets={}, read=lambda: {})
-    clinic = Clinic(settings, monitor, practice, Guard(), lambda message: None)
-    finding = Finding("allocator_cache", "a", 21, 40, MIB, "bytes", None, "grew", "cap it", benign=True,
-                      remedy=RemedyOutcome("tight_cap", 40))
-    clinic.findings.append(finding)
-    clinic.treatments.append(Treatment(TightCap(), finding, since=40))
-    monitor.busy(["a"])
-    judged = {}
-    for step in range(1, 161):
-        completed = monitor.record(step, readings(step), SPECS.__getitem__)
-        clinic.after_sample(step, completed, {}, 0.001, 1.0)
-        judged.setdefault(finding.remedy.effective, step)
+    clinic, now = treating(TightCap(), readings)
+    finding, judged = clinic.findings[0], {}
+    feed(clinic, now, readings, 160, each_step=lambda step: judged.setdefault(finding.remedy.effective, step))
     assert finding.remedy.effective is True and judged[True] > 40 + 8 * 6, (finding.remedy, judged)
     assert not any("did not stop" in note for note in clinic.notes), clinic.notes
     assert finding.remedy.rate_after <= 0.25 * MIB, finding.remedy
     # What the first 8 windows alone say: an estimate over the line, an interval reaching under it.
-    first_eight = Monitor(settings)
-    for step in range(1, 40 + 8 * 6 + 1):
-        first_eight.record(step, readings(step), SPECS.__getitem__)
-    trend = first_eight.trend_since("a", 40)
+    trend = fed(readings, 40 + 8 * 6, treat=False).monitor.trend_since("a", 40)
     assert trend.slope > 0.25 * MIB >= trend.slope_low, trend
