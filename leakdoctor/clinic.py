@@ -130,7 +130,7 @@ class Clinic:
             else:
                 self.investigation.abort(step)
                 self.investigation = None
-        self._verify(minimum=3)
+        self._verify(minimum=2)
 
     def restore(self, findings: list[Finding], notes: list[str]) -> None:
         """Go on from a resumed run's findings and notes."""
@@ -223,7 +223,7 @@ class Clinic:
                 finding.evidence, finding.subject = found.evidence, found.subject
                 return finding
         self.findings.append(found)
-        self.say(f"step {self._step}: {'benign ' if found.benign else ''}{found.cause} on {found.metric} "
+        self.say(f"step {self._step}: suspected {'benign ' if found.benign else ''}{found.cause} on {found.metric} "
                  f"({format_value(found.rate_per_step, found.unit)}/step)"
                  + (f" at {found.location}" if found.location else ""))
         return found

@@ -292,7 +292,7 @@ class LeakDoctor:
     # --- the end ---------------------------------------------------------------------------------
 
     def _build_summary(self) -> Summary:
-        findings, notes = report.final_findings(self._clinic.findings, self._monitor, self.settings)
+        findings = report.final_findings(self._clinic.findings, self._monitor, self.settings)
         first = min(report.projections(findings, self._monitor, self._step), key=lambda p: p.step, default=None)
         return Summary(
             framework=self.framework,
@@ -301,13 +301,14 @@ class LeakDoctor:
             findings=findings,
             projected_limit_step=first.step if first else None,
             overhead=self._overhead(),
-            notes=list(dict.fromkeys(self._clinic.notes + notes + report.skipped_notes(self._monitor))),
+            notes=list(dict.fromkeys(self._clinic.notes + report.skipped_notes(self._monitor))),
             errors=list(self._guard.errors),
             rank=self.settings.rank,
             version=__version__,
             settings=report.settings_record(self.settings, self._sampler.pacer.every),
             memory_limit=self._limit_of(first.metric if first else "rss_bytes"),
             stopped=self._limit_watch.stopped,
+            unwatched=report.unwatched(self.settings, self._step),
         )
 
     def _bare_summary(self) -> Summary:

@@ -68,10 +68,9 @@ class Snapshot:
 
 
 def finding_state(finding: "Finding") -> str:
-    """leak, remedied (an effective remedy) or benign, as the verdict counts them."""
-    if finding.benign:
-        return "benign"
-    return "remedied" if finding.remedy and finding.remedy.effective else "leak"
+    """leak, remedied (an effective remedy) or benign while the run goes on; the final states too
+    (minor, withdrawn) once the summary judged them."""
+    return finding.final_state
 
 
 @dataclass

@@ -12,7 +12,7 @@ import os
 import re
 from typing import Any, Callable
 
-from leakdoctor.summary import CAUSES, SCHEMA, Summary
+from leakdoctor.summary import CAUSES, SCHEMA, SEVERITIES, STATES, Summary
 
 #: A summary is a few hundred kB (histories are bounded at 1024 points a series); a larger file is not one.
 MAX_BYTES = 64 * 2**20
@@ -130,6 +130,8 @@ def check(data: Any) -> None:
     _field(data, "ranks", "summary", lambda v: isinstance(v, list) and all(
         isinstance(r, dict) and isinstance(r.get("findings", []), list) for r in v),
         "a list of rank objects", required=False)
+    _field(data, "unwatched", "summary", _optional(lambda v: isinstance(v, dict) and all(
+        _string(v.get(k)) for k in ("reason", "fix"))), "an object with reason and fix, or null", required=False)
     for key in ("overhead", "settings"):
         _field(data, key, "summary", lambda v: isinstance(v, dict), "an object", required=False)
     for key, value in data.get("overhead", {}).items():
@@ -159,6 +161,10 @@ def _check_finding(finding: Any, where: str) -> None:
     for key in ("location", "reclaimed_by"):
         _field(finding, key, where, _optional(_string), "a string or null", required=False)
     _field(finding, "benign", where, lambda v: isinstance(v, bool), "true or false", required=False)
+    _field(finding, "state", where, _optional(lambda v: v in STATES), f"one of {STATES} or null", required=False)
+    _field(finding, "severity", where, _optional(lambda v: v in SEVERITIES), f"one of {SEVERITIES} or null",
+           required=False)
+    _field(finding, "reason", where, _optional(_string), "a string or null", required=False)
     _field(finding, "rate_interval", where, _optional(lambda v: isinstance(v, list) and len(v) == 2),
            "a [low, high] pair or null", required=False)
     _field(finding, "remedy", where, _optional(lambda v: isinstance(v, dict)), "an object or null", required=False)

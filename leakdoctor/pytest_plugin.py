@@ -35,10 +35,15 @@ HORIZON = 2**40
 
 
 def check_for_leaks(step: Callable[[], object], steps: int = DEFAULT_STEPS,
-                    max_bytes_per_step: float = DEFAULT_MAX_BYTES_PER_STEP, **doctor_args: Any) -> Summary:
+                    max_bytes_per_step: float = DEFAULT_MAX_BYTES_PER_STEP, fail_on: str = "major",
+                    **doctor_args: Any) -> Summary:
     """Run `step` `steps` times under a LeakDoctor; fail the current test if it leaks: memory that grows
-    by more than `max_bytes_per_step` a step, or another leak the doctor finds (not remedied)."""
+    by more than `max_bytes_per_step` a step, or another leak the doctor finds (not remedied).
+    `fail_on="minor"` also fails on a proven cause too slow to matter (a minor finding)."""
     from leakdoctor import LeakDoctor
+
+    if fail_on not in ("major", "minor"):
+        raise ValueError(f"leak check: fail_on={fail_on!r}, expected 'major' or 'minor'")
 
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"leak check: steps={steps!r}, expected a positive int")
@@ -54,6 +59,8 @@ def check_for_leaks(step: Callable[[], object], steps: int = DEFAULT_STEPS,
     summary = doctor.summary
     leaks = [f for f in summary.leaks if not (f.remedy and f.remedy.effective)
              and (f.unit != "bytes" or (f.rate_per_step or 0.0) > max_bytes_per_step)]
+    if fail_on == "minor":
+        leaks += [f for f in summary.minor if f.final_state == "minor"]
     if leaks:
         rates = ", ".join(f"{f.cause} on {f.metric} ({format_value(f.rate_per_step, f.unit)}/step)" for f in leaks)
         pytest.fail(f"the step leaks memory: {rates}; max_bytes_per_step={max_bytes_per_step:g}\n{summary.text()}",
@@ -64,8 +71,8 @@ def check_for_leaks(step: Callable[[], object], steps: int = DEFAULT_STEPS,
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "leakcheck(steps=300, max_bytes_per_step=4096, **doctor_args): run the test body `steps` times under "
-        "leakdoctor and fail if it leaks",
+        "leakcheck(steps=300, max_bytes_per_step=4096, fail_on='major', **doctor_args): run the test body `steps` "
+        "times under leakdoctor and fail if it leaks (fail_on='minor': also on minor findings)",
     )
 
 

@@ -30,32 +30,66 @@ def thinned(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return (steps[::stride], values[::stride]) if stride > 1 else (steps, values)
 
 
-def final_findings(findings: list[Finding], monitor: Monitor, settings: Settings) -> tuple[list[Finding], list[str]]:
-    """Copies of the findings with rates refit over the whole run. Without an effective remedy, a growth
-    that stopped (a cache that filled) or whose whole-run rate no longer matters over the horizon is
-    dropped from the findings and noted instead, so the verdict does not depend on when the run looked.
-    With one, the rate after it is refit over everything read since it was applied."""
-    final, notes = [], []
-    for finding in findings:
-        copy = dataclasses.replace(finding, remedy=dataclasses.replace(finding.remedy) if finding.remedy else None)
-        series = monitor.series.get(finding.metric)
-        if series is not None and copy.remedy and copy.remedy.effective:
-            after = whole_fit(series, settings, since=copy.remedy.applied_step)
-            copy.remedy.rate_after = after[0] if after else copy.remedy.rate_after
-        elif series is not None:
-            until = copy.remedy.applied_step if copy.remedy else None
-            fit = whole_fit(series, settings, since=finding.first_step - 1, until=until)
-            if fit:
-                copy.rate_per_step, copy.rate_interval = fit[0], fit[1:]
-            if copy.remedy is None and stopped(finding, monitor, settings):
-                notes.append(stopped_note(finding, findings))
-                continue
-            if fit and not finding.benign and not _material(copy, series, settings):
-                notes.append(f"{finding.metric} grew {format_value(copy.rate_per_step, finding.unit)}/step over the "
-                             f"run ({finding.cause}): too little to matter over {settings.horizon} steps, not a leak")
-                continue
-        final.append(copy)
-    return final, notes
+#: Causes whose evidence shows the mechanism itself (a graph kept alive, a hook added, a function traced
+#: again, a lazy graph chained across steps): a finding of one is reported whatever its rate, as minor
+#: where the rate does not matter over the horizon. Growth named only by its rate (python_objects,
+#: native_memory, ...) is withdrawn instead when it does not matter.
+PROVEN_CAUSES = frozenset({"lazy_graph", "compile_cache", "hook_accumulation", "retained_graph"})
+
+
+def proven(finding: Finding) -> bool:
+    """Does the evidence prove the cause, whatever its rate? The causes above, and arrays or a container
+    kept by a named holder (its place is known)."""
+    return finding.cause in PROVEN_CAUSES or (
+        finding.cause in ("device_arrays", "container_growth") and finding.location is not None)
+
+
+def final_findings(findings: list[Finding], monitor: Monitor, settings: Settings) -> list[Finding]:
+    """Copies of the findings, each with its final `state` and `severity` and its rate refit over the
+    whole run, so the verdict does not depend on when the run looked. Nothing found is dropped: a
+    growth that stopped by itself, or that is too small to matter and is not a proven cause, is
+    `withdrawn` with its reason; a proven cause too slow to matter is `minor`. With an effective remedy,
+    the rate after it is refit over everything read since it was applied."""
+    return [_judged(finding, findings, monitor, settings) for finding in findings]
+
+
+def _judged(finding: Finding, findings: list[Finding], monitor: Monitor, settings: Settings) -> Finding:
+    copy = dataclasses.replace(finding, remedy=dataclasses.replace(finding.remedy) if finding.remedy else None)
+    series = monitor.series.get(finding.metric)
+    remedy = copy.remedy
+    grew = True
+    if series is not None and remedy and remedy.effective:
+        after = whole_fit(series, settings, since=remedy.applied_step)
+        remedy.rate_after = after[0] if after else remedy.rate_after
+    elif series is not None:
+        fit = whole_fit(series, settings, since=finding.first_step - 1,
+                        until=remedy.applied_step if remedy else None)
+        if fit and fit[0] > 0:
+            copy.rate_per_step, copy.rate_interval = fit[0], fit[1:]
+        grew = fit is None or fit[0] > 0  # shrank over the run: the rate at detection stays, none of it matters
+    material = grew and (series is None or _material(copy, series, settings))
+    copy.severity = None if copy.benign else ("major" if material else "minor")
+    copy.state, copy.reason = _state(copy, finding, findings, monitor, settings, material)
+    if copy.state == "withdrawn":
+        copy.severity = None
+    return copy
+
+
+def _state(copy: Finding, finding: Finding, findings: list[Finding], monitor: Monitor, settings: Settings,
+           material: bool) -> tuple[str, str | None]:
+    """The finding's final state, and the reason where it is withdrawn."""
+    if copy.benign:
+        return "benign", None
+    if copy.remedy and copy.remedy.effective:
+        return "remedied", None
+    if copy.remedy is None and finding.metric in monitor.series and stopped(finding, monitor, settings):
+        return "withdrawn", stopped_note(finding, findings)
+    if material:
+        return "leak", None
+    if proven(copy):
+        return "minor", None
+    return "withdrawn", (f"{finding.metric} grew {format_value(copy.rate_per_step, finding.unit)}/step over the "
+                         f"run: too little to matter over {settings.horizon} steps, and nothing proves a leak")
 
 
 def whole_fit(series: Any, settings: Settings, since: int,
@@ -88,13 +122,13 @@ def skipped_notes(monitor: Monitor) -> list[str]:
 
 
 def stopped(finding: Finding, monitor: Monitor, settings: Settings) -> bool:
-    """Did the growth stop by itself after detection? Judged on the last 2 * verify_windows windows (a
-    cache that went on filling for a while after detection and then stayed bounded has stopped): they
-    grow at most a quarter as fast as the growth did when it was found, and what still grows there is
-    either too little to matter or also at most a quarter of the growth's pace over the whole run since
-    it began. A cache that filled may leave a material creep (a pool's rarer size classes, filled late;
-    a heap's fragmentation), far slower than its filling; a slow leak whose rate the few windows at
-    detection overstated keeps its pace over the whole run."""
+    """Did the growth stop by itself after detection? Only when the readings since the supposed stop
+    (the last 2 * verify_windows windows) show no growth of their own over a stretch long enough to
+    see the old pace: their slope is under a quarter of the rate at detection, and the upper end of its
+    interval (what they may still grow, with confidence) is too little to matter, or at most a quarter
+    of the pace of the whole run since the growth began. A cache that filled may leave a material creep
+    (a pool's rarer size classes, filled late; a heap's fragmentation), far slower than its filling; a
+    leak keeps its pace, however noisy its readings and whatever the few windows at detection said."""
     needed = 2 * settings.verify_windows
     if monitor.windows_since(finding.metric, finding.detected_step) < needed:
         return False
@@ -103,11 +137,11 @@ def stopped(finding: Finding, monitor: Monitor, settings: Settings) -> bool:
     after = monitor.trend_since(finding.metric, recent)
     if after.slope > 0.25 * finding.rate_per_step:
         return False
-    if not after.growing or not is_material(series.spec.unit, after.slope, series.end or 0.0, settings.horizon,
-                                            series.spec.limit):
+    still = max(after.slope, after.slope_high)
+    if not is_material(series.spec.unit, still, series.end or 0.0, settings.horizon, series.spec.limit):
         return True  # a few pages of creep, however steady, is no leak
     whole = whole_fit(series, settings, since=finding.first_step - 1)
-    return whole is not None and after.slope <= 0.25 * whole[0]
+    return whole is not None and still <= 0.25 * whole[0]
 
 
 def stopped_note(finding: Finding, findings: list[Finding]) -> str:
@@ -121,6 +155,18 @@ def stopped_note(finding: Finding, findings: list[Finding]) -> str:
             return (f"{head} ({finding.cause}) and stopped after {remedy.name}, applied at step "
                     f"{remedy.applied_step} for {other.cause}")
     return f"{head} and stopped by itself after step {finding.detected_step}: not a leak"
+
+
+def unwatched(settings: Settings, steps: int) -> dict[str, Any] | None:
+    """Why the run cannot be called clean, and what to do, when it had too few steps after warm-up for
+    the detector's shortest test (SCALES[0] windows); None when it was watched long enough."""
+    needed = settings.warmup + SCALES[0] * settings.window
+    if steps >= needed:
+        return None
+    return {"reason": f"{steps} step(s) seen; a verdict needs {needed}: the warm-up of {settings.warmup} steps "
+                      f"and {SCALES[0]} windows of {settings.window} steps",
+            "fix": "train for more steps, or lower warmup= and window=; if the script trains for longer than "
+                   "this, its step was not recognised: name it with `leakdoctor run --step-on module:function`"}
 
 
 def series_summary(monitor: Monitor, name: str, settings: Settings) -> SeriesSummary:

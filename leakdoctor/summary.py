@@ -29,6 +29,14 @@ CAUSES: dict[str, str] = {
 }
 
 
+#: A finding's final state: a leak still growing; remedied (an effective remedy); minor (a proven cause too
+#: slow to matter over the horizon: listed, the verdict stays clean); benign (not a leak: an allocator
+#: cache); withdrawn (a live alert that the end of the run did not bear out, with its `reason`).
+STATES = ("leak", "remedied", "minor", "benign", "withdrawn")
+#: major: material over the horizon (the verdict is leak); minor: not.
+SEVERITIES = ("major", "minor")
+
+
 @dataclass
 class RemedyOutcome:
     """What a remedy did and whether the growth stopped afterwards (None until verified)."""
@@ -44,7 +52,9 @@ class RemedyOutcome:
 @dataclass
 class Finding:
     """One diagnosed cause of growth. `reclaimed_by` names the cleanup that took the growth back (so the
-    matching remedy can repeat it); `subject` is what a remedy acts on and is never serialized."""
+    matching remedy can repeat it); `subject` is what a remedy acts on and is never serialized.
+    `severity`, `state` and `reason` are set in the summary (None while the run goes on: the finding is
+    suspected); `detected_rate` is the rate announced when it was found, before the whole-run refit."""
 
     cause: str
     metric: str
@@ -60,6 +70,10 @@ class Finding:
     reclaimed_by: str | None = None
     remedy: RemedyOutcome | None = None
     explains: tuple[str, ...] = ()
+    severity: str | None = None
+    state: str | None = None
+    reason: str | None = None
+    detected_rate: float | None = None
     subject: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -67,6 +81,21 @@ class Finding:
             raise ValueError(f"unknown cause {self.cause!r}: expected one of {sorted(CAUSES)}")
         if not self.explains:
             self.explains = (self.metric,)
+        if self.detected_rate is None:
+            self.detected_rate = self.rate_per_step
+
+    @property
+    def final_state(self) -> str:
+        """The state, or for a finding not yet judged (a live one, or one of an older file) what its
+        fields say: benign, remedied (an effective remedy) or leak."""
+        if self.state is not None:
+            return self.state
+        return "benign" if self.benign else "remedied" if self.remedy and self.remedy.effective else "leak"
+
+    @property
+    def counts(self) -> bool:
+        """Does it make the verdict: a major leak, remedied or not (a minor one is listed only)?"""
+        return self.final_state in ("leak", "remedied") and self.severity != "minor"
 
     @property
     def key(self) -> tuple[str, str, str | None]:
@@ -102,11 +131,12 @@ class SeriesSummary:
 
 
 def verdict_of(findings: list[Finding]) -> str:
-    """clean: no leak; remedied: every leak had an effective remedy; leak: otherwise."""
-    leaks = [f for f in findings if not f.benign]
+    """clean: no major leak (minor, benign and withdrawn findings are listed only); remedied: every major
+    leak had an effective remedy; leak: otherwise."""
+    leaks = [f for f in findings if f.counts]
     if not leaks:
         return "clean"
-    return "remedied" if all(f.remedy and f.remedy.effective for f in leaks) else "leak"
+    return "remedied" if all(f.final_state == "remedied" for f in leaks) else "leak"
 
 
 @dataclass
@@ -128,15 +158,26 @@ class Summary:
     memory_limit: dict[str, Any] | None = None
     stopped: dict[str, Any] | None = None
     oom: dict[str, Any] | None = None
+    unwatched: dict[str, Any] | None = None
 
     @property
     def verdict(self) -> str:
-        """As verdict_of; a run that on_limit stopped had a leak, whatever its findings became."""
-        return "leak" if self.stopped else verdict_of(self.findings)
+        """As verdict_of; a run that on_limit stopped had a leak, whatever its findings became; a run
+        without a leak that was not watched long enough to judge (`unwatched`: reason, fix) is unwatched."""
+        if self.stopped:
+            return "leak"
+        verdict = verdict_of(self.findings)
+        return "unwatched" if verdict == "clean" and self.unwatched else verdict
 
     @property
     def leaks(self) -> list[Finding]:
-        return [f for f in self.findings if not f.benign]
+        """The findings that make the verdict: major leaks, remedied or not."""
+        return [f for f in self.findings if f.counts]
+
+    @property
+    def minor(self) -> list[Finding]:
+        """Proven causes too slow to matter over the horizon (listed; the verdict stays clean)."""
+        return [f for f in self.findings if f.severity == "minor" and f.final_state in ("minor", "remedied")]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -155,7 +196,8 @@ class Summary:
             "errors": list(self.errors),
             "settings": dict(self.settings),
             "memory_limit": self.memory_limit,
-            **{key: value for key, value in (("stopped", self.stopped), ("oom", self.oom)) if value is not None},
+            **{key: value for key, value in (("stopped", self.stopped), ("oom", self.oom),
+                                             ("unwatched", self.unwatched)) if value is not None},
         }
 
     def to_json(self) -> str:
@@ -186,6 +228,7 @@ class Summary:
             memory_limit=data.get("memory_limit"),
             stopped=data.get("stopped"),
             oom=data.get("oom"),
+            unwatched=data.get("unwatched"),
         )
 
     @classmethod
@@ -284,27 +327,22 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 
 def render_text(summary: Summary) -> str:
-    """The table printed at the end of a run."""
+    """The table printed at the end of a run: the verdict and why first, the series, then each finding
+    under its state."""
     lines = _ending(summary)
     lines.append(f"leakdoctor: {summary.framework}, {summary.steps} steps, verdict {summary.verdict.upper()}")
-    rows = [["metric", "start", "end", "peak", "per step", "trend"]]
+    lines.append(f"  why: {_why(summary)}")
+    rows = [["metric", "after warm-up", "end", "peak", "per step", "trend"]]
     for name, s in summary.series.items():
         rows.append([name] + [format_value(v, s.unit) for v in (s.start, s.end, s.peak, s.slope_per_step)] + [s.trend])
-    lines += _table(rows)
-    for f in summary.findings:
-        lines.append("")
-        kind = "benign" if f.benign else "LEAK"
-        lines.append(f"[{kind}] {f.cause} on {f.metric}: {format_value(f.rate_per_step, f.unit)}/step since step {f.first_step}")
-        if f.location:
-            lines.append(f"  where: {f.location}")
-        lines.append(f"  evidence: {f.evidence}")
-        lines.append(f"  fix: {f.recommendation}")
-        if f.remedy:
-            lines.append(f"  remedy: {_remedy_line(f.remedy, f.unit)}")
+    lines += _table(rows) if len(rows) > 1 else []
+    for state in STATES:
+        for f in (f for f in summary.findings if f.final_state == state):
+            lines += [""] + _finding_lines(f)
     for name, label in (("step_seconds", "step time"), ("step_cpu_seconds", "CPU time per step")):
         step_time = summary.series.get(name)
         if step_time is not None and step_time.trend == "growing" and step_time.start \
-                and step_time.end is not None:
+                and step_time.end is not None and step_time.end > step_time.start:
             lines.append(f"{label} rose from {format_value(step_time.start, 'seconds')} to "
                          f"{format_value(step_time.end, 'seconds')} ({step_time.end / step_time.start - 1:+.0%})")
     for r in summary.ranks:
@@ -321,6 +359,38 @@ def render_text(summary: Summary) -> str:
         paced = f" (a sample every {stride} step(s): a fast leak is found within ~{latency} steps)" if latency else ""
         lines.append(f"overhead: {overhead:.2%} of step time{paced}")
     return "\n".join(lines)
+
+
+def _why(summary: Summary) -> str:
+    """The verdict's reason in one line."""
+    if summary.stopped:
+        return f"stopped at step {summary.stopped.get('step')} before the memory limit"
+    leaks = summary.leaks
+    if leaks:
+        return "; ".join(f"{f.final_state} {f.cause}" + (f" at {f.location}" if f.location else "") for f in leaks)
+    if summary.unwatched:
+        return f"{summary.unwatched.get('reason')}; {summary.unwatched.get('fix')}"
+    minor = summary.minor
+    return f"watched {summary.steps} steps and found no leak that matters" + (
+        f" ({len(minor)} minor finding(s) listed below)" if minor else "")
+
+
+def _finding_lines(f: Finding) -> list[str]:
+    state = f.final_state
+    lines = [f"[{state.upper()}] {f.cause} on {f.metric}: {format_value(f.rate_per_step, f.unit)}/step since step "
+             f"{f.first_step}" + (f" (suspected at step {f.detected_step})" if state == "withdrawn" else "")]
+    if state == "withdrawn":
+        return lines + [f"  why withdrawn: {f.reason}"]
+    if f.location:
+        lines.append(f"  where: {f.location}")
+    lines.append(f"  evidence: {f.evidence}")
+    if f.detected_rate is not None and f.rate_per_step and not 0.5 <= f.detected_rate / f.rate_per_step <= 2:
+        lines.append(f"  rate: {format_value(f.detected_rate, f.unit)}/step when found at step {f.detected_step}, "
+                     f"refit over the whole run since step {f.first_step}")
+    lines.append(f"  fix: {f.recommendation}")
+    if f.remedy:
+        lines.append(f"  remedy: {_remedy_line(f.remedy, f.unit)}")
+    return lines
 
 
 def _ending(summary: Summary) -> list[str]:
@@ -348,6 +418,6 @@ def _ending(summary: Summary) -> list[str]:
 def _remedy_line(outcome: RemedyOutcome, unit: str) -> str:
     if outcome.error:
         return f"{outcome.name} failed at step {outcome.applied_step}: {outcome.error}"
-    state = {True: "effective", False: "INEFFECTIVE", None: "being verified"}[outcome.effective]
+    state = {True: "effective", False: "INEFFECTIVE", None: "applied too late in the run to judge"}[outcome.effective]
     after = f", {format_value(outcome.rate_after, unit)}/step after" if outcome.rate_after is not None else ""
     return f"{outcome.name} at step {outcome.applied_step}, {state}{after}"

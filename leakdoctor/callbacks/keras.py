@@ -148,6 +148,7 @@ class _Hooks:
         self._fit: _Fit | None = None
         self._fits: list[_Fit] = []
         self._fit_probe_seconds = 0.0
+        self._watched_fits = 0  # fits whose batches were watched long enough for a verdict
         self._open: list[str] = []
         self._notes: list[str] = []
         self._batches = 0
@@ -316,7 +317,9 @@ class _Hooks:
         if fit is None or fit.doctor is None:
             return
         self._step_batch(fit)
-        ended = _Fit.ended(fit.number, fit.doctor.label, fit.doctor.finish(exception))
+        batches = fit.doctor.finish(exception)
+        self._watched_fits += batches.unwatched is None
+        ended = _Fit.ended(fit.number, fit.doctor.label, batches)
         self._fit_probe_seconds += ended.probe_seconds
         if ended.findings or ended.notes or ended.errors or ended.stopped or ended.oom:  # a clean fit leaves nothing
             self._fits.append(dataclasses.replace(ended, probe_seconds=0.0))
@@ -332,7 +335,8 @@ class _Hooks:
         errors = list(calls.errors) + [{"part": "callback " + e["part"], "error": e["error"]} for e in self._guard.errors]
         probe_seconds = calls.overhead.get("probe_seconds", 0.0) + self._fit_probe_seconds
         running = self._fit
-        now = [_Fit.ended(running.number, running.doctor.label, running.doctor.summary)] if running and running.doctor else []
+        batches = running.doctor.summary if running and running.doctor else None
+        now = [_Fit.ended(running.number, running.doctor.label, batches)] if running and batches else []
         for fit in self._fits + now:
             for finding in fit.findings:
                 if finding.key not in keys:
@@ -350,8 +354,9 @@ class _Hooks:
         fits = self._fits + now
         stopped = next((fit.stopped for fit in fits if fit.stopped), calls.stopped)
         died = next((fit.oom for fit in reversed(fits) if fit.oom), calls.oom)
+        watched = self._watched_fits or (batches is not None and batches.unwatched is None)
         return dataclasses.replace(calls, findings=findings, notes=notes, errors=errors, overhead=overhead,
-                                   stopped=stopped, oom=died)
+                                   stopped=stopped, oom=died, unwatched=None if watched else calls.unwatched)
 
     def _write(self, summary: Summary) -> None:
         path = self.settings.summary_path
