@@ -162,16 +162,26 @@ def parse_bytes(value: int | float | str) -> float:
     if isinstance(value, bool):
         raise ValueError(f"memory_limit={value!r}: expected bytes (int) or a size such as '8GiB'")
     if isinstance(value, (int, float)):
-        if not math.isfinite(value) or value <= 0:
-            raise ValueError(f"memory_limit={value!r}: expected a positive, finite size in bytes or a size "
+        size = float(value) if isinstance(value, float) or abs(value) < 2**1000 else math.inf
+        if not math.isfinite(size) or size <= 0:
+            raise ValueError(f"memory_limit={_short(value)}: expected a positive, finite size in bytes or a size "
                              f"such as '8GiB'")
-        return float(value)
+        return size
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
     unit = match.group(2).lower() if match else None
-    if not match or unit not in _UNITS or float(match.group(1)) <= 0:
-        raise ValueError(f"memory_limit={value!r}: expected bytes (int) or a size such as '8GiB', '512MB'; "
+    size = float(match.group(1)) * _UNITS[unit] if match and unit in _UNITS else math.nan
+    if not math.isfinite(size) or size <= 0:
+        raise ValueError(f"memory_limit={_short(value)}: expected bytes (int) or a size such as '8GiB', '512MB'; "
                          f"units: {sorted(k for k in _UNITS if k)}")
-    return float(match.group(1)) * _UNITS[unit]
+    return size
+
+
+def _short(value: object) -> str:
+    """repr(value), cut to 40 characters (an integer of 400 digits names itself by its start)."""
+    if isinstance(value, int) and abs(value) >= 10**30:
+        return f"{str(value)[:12]}...({len(str(value))} digits)"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _writable(name: str, value: str | os.PathLike[str] | None) -> Path | None:

@@ -315,6 +315,12 @@ def test_a_non_finite_memory_limit_is_refused(limit):
         LeakDoctor(memory_limit=limit)
 
 
+@pytest.mark.parametrize("limit", [10**400, "1e400GiB", "9" * 400 + "GiB"])
+def test_a_memory_limit_too_large_for_a_float_is_a_value_error_naming_the_argument(limit):
+    with pytest.raises(ValueError, match=r"^memory_limit="):
+        LeakDoctor(memory_limit=limit)
+
+
 def test_a_gauge_cannot_take_a_built_in_series_name():
     doctor = LeakDoctor(verbose=False, integrations=[broken_probe()])
     for name in ("rss_bytes", "step_seconds", "step_cpu_seconds", "workers_uss_bytes", "workers_pss_bytes",

@@ -18,8 +18,9 @@
 The doctor watches live arrays and backend compiles. When a loop compiles on every step it names the
 function and why; if the cause is the optimizer's un-jitted `lax.cond` (the old optax RAdam), remedies
 "all" rewrites the optimizer's update (cond_to_where) and from then on `step` hands back the state with
-the rewritten transformation (same init, same optimizer state, same results). The optimizer arguments
-are held only while `step` runs, so the doctor keeps no state, params or optimizer state alive.
+the rewritten transformation (same init, same optimizer state, the same arithmetic: results equal to
+rounding, not bit for bit). The optimizer arguments are held only while `step` runs, so the doctor keeps
+no state, params or optimizer state alive.
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ training step: the cond then compiles once.
     fast_update = cond_to_where(update)          # any JAX function of arrays and pytrees
     tx = cond_to_where(optax.radam(1e-3))        # an optax transformation: same init, rewritten update
 
-Same results as the original, with both branches computed (cheap for optimizer arithmetic). Like jit,
+The same arithmetic as the original, with both branches computed (cheap for optimizer arithmetic); the
+primitives run one by one instead of fused into one compiled update, so results agree to rounding (a
+loss may differ in its 7th digit), not bit for bit. Like jit,
 the function must be pure: what it reads besides its arguments is frozen at its first call per
 signature. Differentiating through the rewritten function can give NaN where an unselected branch is
 singular (the jnp.where caveat). Conds with side effects are kept as they are.
