@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import resource
 import statistics
 import subprocess
@@ -181,23 +180,25 @@ def latency(truth: dict[str, Any], step: int | None) -> int | None:
     return step - leak_from(truth) if step is not None and step > truth["start"] else None
 
 
-def stopped_notes(summary: dict[str, Any]) -> list[tuple[str, int]]:
-    """(metric, step) of the findings the doctor withdrew at the end: growth that stopped by itself."""
-    found = []
-    for note in summary.get("notes", []):
-        match = re.match(r"(\S+) grew from step \d+ and stopped by itself after step (\d+)", note)
-        if match:
-            found.append((match.group(1), int(match.group(2))))
-    return found
+def reported(finding: dict[str, Any]) -> bool:
+    """A finding the final summary reports as a leak: major or minor, remedied or not (not benign, not
+    withdrawn)."""
+    return finding.get("state", "benign" if finding["benign"] else "leak") in ("leak", "remedied", "minor")
+
+
+def withdrawn_alerts(summary: dict[str, Any]) -> list[tuple[str, int]]:
+    """(metric, step) of the live alerts the final summary withdrew (growth that stopped by itself, or
+    too little to matter with nothing proving a leak)."""
+    return [(f["metric"], f["detected_step"]) for f in summary["findings"] if f.get("state") == "withdrawn"]
 
 
 def score_doctor(truth: dict[str, Any], detect: dict[str, Any]) -> dict[str, Any]:
     """What leakdoctor reported in the detect run, against the truth."""
     summary = detect["summary"]
-    leaks = [f for f in summary["findings"] if not f["benign"]]
+    leaks = [f for f in summary["findings"] if reported(f)]
     benign = [f for f in summary["findings"] if f["benign"]]
     step = min((f["detected_step"] for f in leaks), default=None)
-    withdrawn = stopped_notes(summary)
+    withdrawn = withdrawn_alerts(summary)
     live = min([step] * (step is not None) + [s for _, s in withdrawn], default=None)
     pool = leaks if truth["leak"] else benign
     named = [f for f in pool if f["cause"] == truth["cause"]]
@@ -236,7 +237,7 @@ def score_remedy(truth: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     on the recorded RSS (where it grew before) and on the doctor's series of the finding's metric."""
     summary = run["summary"]
     pool = [f for f in summary["findings"] if f["cause"] == truth["cause"]] or \
-        [f for f in summary["findings"] if not f["benign"]]
+        [f for f in summary["findings"] if reported(f)]
     found = next((f for f in pool if f["remedy"]), pool[0] if pool else None)
     remedy = found["remedy"] if found else None
     result: dict[str, Any] = {"remedy": remedy["name"] if remedy else None, "applied_step": None,

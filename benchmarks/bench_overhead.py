@@ -141,7 +141,7 @@ def latency(step_ms: float, settled: bool) -> dict[str, Any]:
 
     timed_loop(doctor, start + LATENCY_STEPS, step_ms / 1e3, leak)
     summary = doctor.finish()
-    found = [f for f in summary.findings if not f.benign and f.metric == "rss_bytes"]
+    found = [f for f in summary.findings if f.final_state in ("leak", "remedied", "minor") and f.metric == "rss_bytes"]
     detected = min((f.detected_step for f in found), default=None)
     return {"step_ms": step_ms, "start": start, "leak_kib": size / 1024, "cause": found[0].cause if found else None,
             "steps": detected - start if detected is not None else None, **before}

@@ -200,7 +200,7 @@ def run_all(names: list[str], corpus: list[str], folder: str) -> dict[str, dict[
 
 def leaks(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The findings of a final summary that are not benign."""
-    return [f for f in summary["findings"] if not f.get("benign")]
+    return [f for f in summary["findings"] if bench_corpus.reported(f)]
 
 
 def describe(finding: dict[str, Any]) -> str:

@@ -1,8 +1,10 @@
 """Command line: `leakdoctor demo [--case NAME]`, `leakdoctor report leaks.json [--plot out.png]` and
 `leakdoctor run [options] script.py [args...]` (also `python -m leakdoctor ...`).
-`report` exits 1 when the summary's verdict is "leak", so a CI job can gate on it, and 2 when the file is
-not a readable summary (a one-line error), so a corrupt file is not taken for a leak; `run` exits with
-the script's status (or 1 for a leak with --fail-on-leak)."""
+`report` exits 0 when the summary's verdict is "clean" or "remedied", 1 when it is "leak", so a CI job can
+gate on it, 2 when the file is not a readable summary (a one-line error), so a corrupt file is not taken
+for a leak, and 3 when it is "unwatched" (too few steps seen to judge: not a pass); with
+--fail-on-leak=minor, a minor finding exits 1 too. `run` exits with the script's status (or 1 for a leak
+with --fail-on-leak, and for a minor finding too with --fail-on-leak=minor)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ def main(argv: Sequence[str] | None = None) -> Any:
     report = commands.add_parser("report", help="print a saved summary (and plot it)")
     report.add_argument("summary", help="a summary JSON written by leakdoctor")
     report.add_argument("--plot", help="write a PNG of the series here")
+    report.add_argument("--fail-on-leak", nargs="?", const="major", default="major", choices=("major", "minor"),
+                        metavar="=minor", help="--fail-on-leak=minor: exit 1 on a minor finding too")
     run_command.configure(commands.add_parser("run", help="run a script unedited with a doctor at its training step"))
     argv = list(sys.argv[1:] if argv is None else argv)
     script_args: list[str] = []
@@ -68,7 +72,7 @@ def _report(args: argparse.Namespace) -> int:
             print(clean(f"leakdoctor report: cannot plot to {args.plot}: {err}"), file=sys.stderr)
             return 2
         print(f"plot written to {args.plot}")
-    return 1 if summary.verdict == "leak" else 0
+    return 1 if summary.fails(args.fail_on_leak) else 3 if summary.verdict == "unwatched" else 0
 
 
 if __name__ == "__main__":

@@ -82,14 +82,13 @@ def _state(copy: Finding, finding: Finding, findings: list[Finding], monitor: Mo
         return "benign", None
     if copy.remedy and copy.remedy.effective:
         return "remedied", None
+    if not material:  # too slow for resident memory to show whether it stopped: the proof decides
+        return ("minor", None) if proven(copy) else (
+            "withdrawn", f"{finding.metric} grew {format_value(copy.rate_per_step, finding.unit)}/step over the run: "
+                         f"too little to matter over {settings.horizon} steps, and nothing proves a leak")
     if copy.remedy is None and finding.metric in monitor.series and stopped(finding, monitor, settings):
         return "withdrawn", stopped_note(finding, findings)
-    if material:
-        return "leak", None
-    if proven(copy):
-        return "minor", None
-    return "withdrawn", (f"{finding.metric} grew {format_value(copy.rate_per_step, finding.unit)}/step over the "
-                         f"run: too little to matter over {settings.horizon} steps, and nothing proves a leak")
+    return "leak", None
 
 
 def whole_fit(series: Any, settings: Settings, since: int,

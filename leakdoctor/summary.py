@@ -174,6 +174,11 @@ class Summary:
         """The findings that make the verdict: major leaks, remedied or not."""
         return [f for f in self.findings if f.counts]
 
+    def fails(self, on: str = "major") -> bool:
+        """Does a CI gate fail on this run? On a leak; with `on="minor"`, also on a minor finding that no
+        remedy stopped. An unwatched run is no leak (`leakdoctor report` gives it its own exit status)."""
+        return self.verdict == "leak" or (on == "minor" and any(f.final_state == "minor" for f in self.minor))
+
     @property
     def minor(self) -> list[Finding]:
         """Proven causes too slow to matter over the horizon (listed; the verdict stays clean)."""

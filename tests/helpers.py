@@ -48,3 +48,14 @@ def corpus_run(scenario: str) -> dict:
     import _harness
 
     return _harness.run_one(scenario, "detect")["summary"]
+
+
+def counts(finding: dict) -> bool:
+    """Does a finding of a summary JSON make the verdict: a major leak, remedied or not (minor, benign and
+    withdrawn findings are listed only)?"""
+    return finding["state"] in ("leak", "remedied") and finding["severity"] == "major"
+
+
+def kept(summary: dict) -> list[dict]:
+    """The findings of a summary JSON that the end of the run bore out (all but the withdrawn live alerts)."""
+    return [f for f in summary["findings"] if f["state"] != "withdrawn"]

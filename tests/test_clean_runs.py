@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import isolated
+from helpers import counts, isolated, kept
 
 from leakdoctor import LeakDoctor
 from leakdoctor.examples.numpy_cycles import MLP
@@ -60,7 +60,7 @@ def numpy_loop(plant: str, steps: int = 500) -> dict:
 def test_a_bounded_lru_cache_that_fills_slowly_ends_clean_every_run(run: int) -> None:
     summary = isolated(numpy_loop, "lru")
     assert summary["verdict"] == "clean", summary["findings"]
-    assert not summary["findings"]
+    assert not kept(summary)
 
 
 def test_a_cache_of_2_mib_entries_that_fills_then_stays_bounded_ends_clean() -> None:
@@ -70,14 +70,14 @@ def test_a_cache_of_2_mib_entries_that_fills_then_stays_bounded_ends_clean() -> 
 
 def test_a_loss_history_of_floats_is_not_a_leak() -> None:
     summary = isolated(numpy_loop, "none")
-    assert summary["verdict"] == "clean" and not summary["findings"]
+    assert summary["verdict"] == "clean" and not kept(summary)
 
 
 def test_a_list_of_1_mib_arrays_next_to_the_loss_history_is_found() -> None:
     """Found once, by whichever series is suspect first: the list's length (named by its attribute) or
     resident memory (named by the line that appends)."""
     summary = isolated(numpy_loop, "arrays", steps=300)
-    leaks = [f for f in summary["findings"] if not f["benign"]]
+    leaks = [f for f in summary["findings"] if counts(f)]
     assert len(leaks) == 1, [(f["cause"], f["metric"], f["detected_step"], f["evidence"]) for f in leaks]
     (finding,) = leaks
     if finding["cause"] == "container_growth":
@@ -124,4 +124,4 @@ def lightning_losses(steps: int = 400) -> dict:
 def test_a_lightning_module_keeping_loss_items_ends_clean() -> None:
     summary = isolated(lightning_losses)
     assert summary["verdict"] == "clean", summary["findings"]
-    assert not summary["findings"]
+    assert not kept(summary)

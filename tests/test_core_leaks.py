@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import isolated
+from helpers import counts, isolated, kept
 
 from leakdoctor import LeakDoctor
 from leakdoctor.examples.numpy_cycles import MLP, StepRecord
@@ -113,7 +113,7 @@ def train_without_gc(steps: int, **doctor_args: object) -> dict:
 
 
 def leaks(result: dict) -> list[dict]:
-    return [f for f in result["summary"]["findings"] if not f["benign"]]
+    return [f for f in result["summary"]["findings"] if counts(f)]
 
 
 def test_a_growing_list_is_found_with_the_line_that_allocates_it():
@@ -150,7 +150,7 @@ def test_a_user_gauge_growing_by_one_that_holds_nothing_and_costs_no_time_is_a_n
     """Counts are judged by what they hold: a gauge of empty objects, with flat memory and step time, is
     no leak (the Burn case, whose walk slows the step, is found: test_a_growing_walk_...)."""
     summary = isolated(train, "gauge")["summary"]
-    assert summary["verdict"] == "clean" and not summary["findings"]
+    assert summary["verdict"] == "clean" and not kept(summary)
     assert any("graph_nodes" in note and "not a leak" in note for note in summary["notes"])
 
 
@@ -159,7 +159,7 @@ def test_a_user_gauge_whose_items_hold_memory_is_container_growth():
     significant, and is judged by what the window's ladders saw resident memory keep (issue #14: it was
     noted as a history, and the leak reported later as python_objects)."""
     summary = isolated(train, "gauge-arrays", steps=300)["summary"]
-    causes = {f["metric"]: f["cause"] for f in summary["findings"] if not f["benign"]}
+    causes = {f["metric"]: f["cause"] for f in summary["findings"] if counts(f)}
     assert causes.get("graph_nodes") == "container_growth", (summary["findings"], summary["notes"])
     assert set(causes) <= {"graph_nodes", "rss_bytes"}
 
@@ -175,7 +175,7 @@ def test_a_watched_attribute_that_grows_is_named():
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc and malloc_trim")
 def test_native_memory_that_grows_back_into_trimmed_pages_is_still_a_leak():
     summary = isolated(train_leaking_native_memory)
-    (finding,) = [f for f in summary["findings"] if not f["benign"]]
+    (finding,) = [f for f in summary["findings"] if counts(f)]
     assert (finding["cause"], finding["metric"]) == ("native_memory", "rss_bytes")
     assert finding["rate_per_step"] == pytest.approx(120 * 1024, rel=0.5)
     assert not any("malloc_trim had returned" in note for note in summary["notes"])

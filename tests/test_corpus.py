@@ -126,8 +126,8 @@ def test_doctor_scoring_counts_from_the_leak_start_and_checks_cause_and_place():
 
 
 def test_doctor_scoring_of_a_benign_run_counts_withdrawn_alerts_as_live_only():
-    note = "rss_bytes grew from step 22 and stopped by itself after step 66: not a leak"
-    scored = bench_corpus.score_doctor(truth(False), run_result(series(300), [], [note]))
+    withdrawn = {**finding("native_memory", 66), "state": "withdrawn", "reason": "stopped by itself"}
+    scored = bench_corpus.score_doctor(truth(False), run_result(series(300), [withdrawn]))
     assert scored["outcome"] == "TN" and scored["live_outcome"] == "FP" and scored["live_alarm"] == 66
     assert scored["withdrawn"] == [("rss_bytes", 66)] and scored["cause_ok"]
     benign = bench_corpus.score_doctor(truth(False, cause="allocator_cache"),

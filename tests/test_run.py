@@ -13,6 +13,7 @@ import signal
 import sys
 
 import pytest
+from helpers import counts
 from procs import SCRIPTS, Watched, leakdoctor_run, run
 
 FAST = ("-o", "overhead=1.0", "-o", "memory_limit=4GiB")
@@ -26,7 +27,7 @@ def line_of(script: str, marker: str) -> int:
 
 
 def finding(summary: dict, cause: str) -> dict:
-    found = [f for f in summary["findings"] if f["cause"] == cause and not f["benign"]]
+    found = [f for f in summary["findings"] if f["cause"] == cause and counts(f)]
     assert found, f"no {cause}: {[(f['cause'], f['metric']) for f in summary['findings']]}; notes {summary['notes']}"
     return found[0]
 
@@ -188,3 +189,12 @@ def test_bad_options_fail_before_the_script_runs(tmp_path):
     assert not (tmp_path / "ran").exists()
     missing = run(leakdoctor_run(tmp_path / "missing.py"), cwd=tmp_path)
     assert missing.returncode == 2 and "can't open file" in missing.stderr
+
+
+def test_fail_on_leak_takes_its_level_only_after_an_equals_sign():
+    from leakdoctor.runner.command import split
+
+    assert split(["run", "--fail-on-leak", "train.py", "--epochs", "3"]) == \
+        (["run", "--fail-on-leak", "train.py"], ["--epochs", "3"])
+    assert split(["run", "--fail-on-leak=minor", "--summary", "s.json", "train.py"]) == \
+        (["run", "--fail-on-leak=minor", "--summary", "s.json", "train.py"], [])

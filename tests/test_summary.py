@@ -10,6 +10,7 @@ import sys
 from typing import Any, Callable
 
 import pytest
+from helpers import counts
 
 from leakdoctor import Finding, Summary
 from leakdoctor.cli import main
@@ -130,6 +131,19 @@ def test_report_command(tmp_path, capsys):
     assert main(["report", str(tmp_path / "missing.json")]) == 2
 
 
+def test_report_exit_status_for_minor_findings_and_unwatched_runs(tmp_path, capsys):
+    path = tmp_path / "leaks.json"
+    minor = _states_summary()
+    minor.findings = [f for f in minor.findings if f.state in ("minor", "withdrawn")]
+    minor.write(path)
+    assert main(["report", str(path)]) == 0  # clean: the minor finding is listed
+    assert main(["report", str(path), "--fail-on-leak=minor"]) == 1
+    assert "[MINOR] retained_graph" in capsys.readouterr().out
+    Summary("python", 5, {}, [], unwatched={"reason": "5 steps", "fix": "train longer"}).write(path)
+    assert main(["report", str(path)]) == 3
+    assert main(["report", str(path), "--fail-on-leak=minor"]) == 3
+
+
 def run_demo(case: str, out: str) -> dict:
     proc = subprocess.run([sys.executable, "-m", "leakdoctor.cli", "demo", "--case", case, "--out", out],
                           capture_output=True, text=True, timeout=600)
@@ -146,7 +160,7 @@ def test_demo_finds_remedies_and_verifies(tmp_path, case, remedy, example):
     assert result["rc"] == 0, result["stderr"]
     data = json.loads((tmp_path / "leakdoctor-demo.json").read_text())
     assert data["verdict"] == "remedied"
-    leaks = [f for f in data["findings"] if not f["benign"]]
+    leaks = [f for f in data["findings"] if counts(f)]
     assert len(leaks) == 1, data["findings"]
     (finding,) = leaks
     assert finding["remedy"]["name"] == remedy and finding["remedy"]["effective"]

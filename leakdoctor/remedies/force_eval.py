@@ -2,10 +2,14 @@
 `doctor.step(...)`, so MLX's lazy graph cannot chain across steps. It is the evaluation MLX's own
 training loops do after optimizer.update, and the fix given for the MLX 0.16 report (mlx#1271). Safe:
 evaluating now computes exactly what would have been computed later, with the same operations, so no
-number changes; the cost is the evaluation the loop should have been doing anyway."""
+number changes; the cost is the evaluation the loop should have been doing anyway.
+
+It calls MLX's own `mx.eval`, never a wrapper put in its place (`leakdoctor run --step-on mlx.core:eval`
+makes each return of mx.eval a step: evaluating through it would step the doctor from inside its step)."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from leakdoctor.integrations.mlx import STATE, core, state_trees
@@ -31,7 +35,12 @@ class ForceEval(Remedy):
         return f"mx.eval({', '.join(parts)}) after every step"
 
     def on_step(self, ctx: RemedyContext) -> None:
-        core().eval(*_state(ctx), *_registered(ctx))
+        _eval()(*_state(ctx), *_registered(ctx))
+
+
+def _eval() -> Any:
+    """mx.eval itself: wrappers (functools.wraps keeps `__wrapped__`) are followed to the original."""
+    return inspect.unwrap(core().eval)
 
 
 def _holders(ctx: RemedyContext) -> tuple:

@@ -1,7 +1,7 @@
 """The `leakdoctor run` command line: its options, and their way to `runner.run`.
 
     leakdoctor run [--remedies safe] [--summary leaks.json] [--plot leaks.png] [--on-limit stop]
-                   [--prometheus-port N] [--fail-on-leak] [--step-on module:function] [-o NAME=VALUE]
+                   [--prometheus-port N] [--fail-on-leak[=minor]] [--step-on module:function] [-o NAME=VALUE]
                    script.py [args...]
 
 Everything after the script is the script's, untouched (`--` included), so the split is made here
@@ -25,9 +25,13 @@ OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--on-limit",), dict(choices=("warn", "stop"), help="act before an unremedied leak reaches the memory limit")),
     (("--prometheus-port",), dict(type=int, metavar="N", help="serve /metrics on 127.0.0.1:N (+ LOCAL_RANK)")),
     (("--prometheus-host",), dict(metavar="HOST", help="bind another address than 127.0.0.1")),
-    (("--fail-on-leak",), dict(action="store_true", help="exit 1 when the script succeeds and the verdict is leak")),
+    (("--fail-on-leak",), dict(nargs="?", const="major", choices=("major", "minor"), metavar="=minor",
+                               help="exit 1 when the script succeeds and the verdict is leak; --fail-on-leak=minor: "
+                                    "also on a minor finding (an unwatched run is not a failure; `leakdoctor "
+                                    "report` exits 3 for it)")),
     (("--step-on",), dict(metavar="MODULE:FUNCTION", help="a step is a return from this function (the script's "
-                                                           "own without MODULE:); replaces the automatic steps")),
+                                                           "own without MODULE:); replaces the automatic steps "
+                                                           "(framework updates, compiled and jitted functions)")),
     (("-o", "--option"), dict(action="append", default=[], metavar="NAME=VALUE",
                               help="any other doctor setting, e.g. -o overhead=1.0 -o memory_limit=8GiB")),
 ]
@@ -44,7 +48,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """(`run`, leakdoctor's options and the script; the script's arguments) of a `run` command line."""
-    takes_value = {flag for flags, kw in OPTIONS if kw.get("action") != "store_true" for flag in flags}
+    takes_value = {flag for flags, kw in OPTIONS if kw.get("action") != "store_true" and kw.get("nargs") != "?"
+                   for flag in flags}  # an optional value comes only as --flag=value
     i = 1
     while i < len(argv):
         token = argv[i]

@@ -6,10 +6,17 @@ editing the script. Each `patch_*` takes the framework module just imported and 
 - Lightning: every Trainer gets the LeakDoctorCallback (one instance, shared), and DDP ranks that
   Lightning starts as subprocesses run under `leakdoctor run` too, so every rank has the callback.
 - Keras: fit/evaluate/predict get the LeakDoctorCallback (one instance, one history across calls).
-- MLX: after `Optimizer.update`.
-- optax: after the outermost `update` of a GradientTransformation (chains nest), and Flax: after
-  `TrainState.apply_gradients` (whose returned state carries a rewritten optimizer if cond_to_where is
-  applied). Steps traced under jit are not steps; such loops name theirs with --step-on.
+- MLX: after an eager `Optimizer.update`.
+- optax: after the outermost eager `update` of a GradientTransformation (chains nest), and Flax: after
+  an eager `TrainState.apply_gradients` (whose returned state carries a rewritten optimizer if
+  cond_to_where is applied).
+- compiled steps: `mx.compile`, `jax.jit`, `flax.nnx.jit` and `equinox.filter_jit` wrap what the script
+  compiles (compiled.py); a step is an outermost call of the first compiled function called twice.
+
+An update traced inside a compiled function (session.depth > 0: inside our wrapper's call, or while the
+doctor itself steps) or under a JAX transformation (its arguments are tracers) is no step: the compiled
+function's call is. The first step seen decides the run's kind (session.attach): one doctor, one kind of
+step.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import sys
 from types import ModuleType
 from typing import Any, Callable
 
+from leakdoctor.runner import compiled
 from leakdoctor.runner.session import Session
 
 #: Modules whose import triggers a patch, and the patch.
@@ -34,6 +42,10 @@ TARGETS: dict[str, str] = {
     "mlx.optimizers": "patch_mlx",
     "optax": "patch_optax",
     "flax.training.train_state": "patch_train_state",
+    "mlx.core": "patch_mlx_compile",
+    "jax": "patch_jax_jit",
+    "flax.nnx": "patch_nnx_jit",
+    "equinox": "patch_filter_jit",
 }
 
 
@@ -163,10 +175,21 @@ def patch_mlx(session: Session, optimizers: ModuleType) -> None:
 
     @functools.wraps(original)
     def update(self: Any, model: Any, gradients: Any) -> Any:
-        result = original(self, model, gradients)
+        session.depth += 1  # an update a subclass makes through this one is part of it
+        try:
+            result = original(self, model, gradients)
+        finally:
+            session.depth -= 1
+        if session.depth:  # traced inside mx.compile (or run by the doctor): the compiled call is the step
+            session.found.setdefault("mlx", (model, self))
+            return result
         doctor = session.attach("mlx", functools.partial(_mlx_doctor, model, self))
         if doctor is not None and session.counts(self):
-            session.step(doctor)
+            session.depth += 1
+            try:
+                session.step(doctor)
+            finally:
+                session.depth -= 1
         return result
 
     optimizer_class.update = update
@@ -176,6 +199,30 @@ def _mlx_doctor(model: Any, optimizer: Any, **options: Any) -> Any:
     from leakdoctor.callbacks.mlx import LeakDoctor
 
     return LeakDoctor(model=model, optimizer=optimizer, **options)
+
+
+def patch_mlx_compile(session: Session, core: ModuleType) -> None:
+    """`mx.compile`: the model and optimizer of the update traced inside the first compiled step (if
+    any) are the doctor's, so that force_eval has the state to evaluate."""
+    def make(**options: Any) -> Any:
+        model, optimizer = session.found.get("mlx", (None, None))
+        return _mlx_doctor(model, optimizer, **options)
+
+    compiled.patch(session, core, "compile", make, factory=False)
+
+
+# --- compiled JAX steps ---------------------------------------------------------------------------
+
+def patch_jax_jit(session: Session, jax: ModuleType) -> None:
+    compiled.patch(session, jax, "jit", _jax_doctor, compiled.jax_tracing())
+
+
+def patch_nnx_jit(session: Session, nnx: ModuleType) -> None:
+    compiled.patch(session, nnx, "jit", _jax_doctor, compiled.jax_tracing())
+
+
+def patch_filter_jit(session: Session, equinox: ModuleType) -> None:
+    compiled.patch(session, equinox, "filter_jit", _jax_doctor, compiled.jax_tracing())
 
 
 # --- optax and Flax -------------------------------------------------------------------------------
@@ -254,8 +301,20 @@ def _jax_doctor(**options: Any) -> Any:
 
 
 def _traced(tree: Any) -> bool:
-    """Whether `tree` holds jax tracers (the update runs inside jit or a scan: not a step of its own)."""
+    """Whether `tree` holds jax tracers, or JAX is tracing (the update runs inside jit, grad or a scan:
+    not a step of its own)."""
     import jax
 
+    if _jax_tracing():
+        return True
     leaves = jax.tree_util.tree_leaves(tree)
     return bool(leaves) and isinstance(leaves[0], jax.core.Tracer)
+
+
+@functools.lru_cache(maxsize=1)
+def _jax_tracing_test() -> Callable[[], bool]:
+    return compiled.jax_tracing()
+
+
+def _jax_tracing() -> bool:
+    return _jax_tracing_test()()

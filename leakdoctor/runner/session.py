@@ -1,7 +1,10 @@
 """One `leakdoctor run`: the options every doctor gets, and the one doctor attached at the step the
-script reached first (a torch optimizer step, a Trainer, a Keras call, an MLX or optax update, or the
-function named by --step-on). Steps of any other framework are ignored, so a Lightning fit, whose
-optimizer is a torch optimizer, is watched once, by the Lightning callback."""
+script reached first (a torch optimizer step, a Trainer, a Keras call, an eager MLX or optax update, a
+Flax TrainState.apply_gradients, a call of a compiled or jitted function, or the function named by
+--step-on). Steps of any other kind are ignored, so a Lightning fit, whose optimizer is a torch
+optimizer, is watched once, by the Lightning callback, and an eager update next to a jitted function
+counts once per iteration. A run in which no step was seen still ends with a summary: verdict
+"unwatched", with the reason and the fix."""
 
 from __future__ import annotations
 
@@ -9,9 +12,13 @@ import inspect
 import sys
 from typing import Any, Callable, Mapping
 
-NO_STEP = ("leakdoctor run: the script took no step that leakdoctor recognises (a torch optimizer step, a "
-           "Lightning Trainer fit, a Keras fit/evaluate/predict, an MLX Optimizer.update, an optax update "
-           "or a Flax TrainState.apply_gradients, run eagerly); name the step with --step-on module:function")
+STEPS = ("a torch optimizer step, a Lightning Trainer fit, a Keras fit/evaluate/predict, an MLX "
+         "Optimizer.update, an optax update or a Flax TrainState.apply_gradients run eagerly, or a function "
+         "compiled by mx.compile, jax.jit, flax.nnx.jit or equinox.filter_jit and called more than once")
+NO_STEP = f"the script took no step that leakdoctor recognises ({STEPS})"
+FIX = ("name the step with --step-on module:function, e.g. --step-on train_step (a function of the script) or "
+       "--step-on mypackage.training:Trainer.step; a step is each return from it")
+NO_FIT = "the script made a Lightning Trainer but never fitted it: no training step ran"
 
 
 class Session:
@@ -20,7 +27,8 @@ class Session:
         self.on_limit = on_limit
         self.kind: str | None = None
         self.doctor: Any = None
-        self.depth = 0  # optimizer updates in progress (chained optax transformations nest)
+        self.depth = 0  # updates and compiled calls in progress (they nest), and the doctor's own step
+        self.found: dict[str, Any] = {}  # what traced updates showed: {"mlx": (model, optimizer)}
         self._first: Any = None
 
     def attach(self, kind: str, make: Callable[..., Any]) -> Any | None:
@@ -36,7 +44,8 @@ class Session:
 
     def counts(self, source: Any) -> bool:
         """Whether the steps of `source` are the run's steps: those of the first optimizer (or optax
-        transformation) that stepped; a second one (a GAN's discriminator) does not count again."""
+        transformation, or compiled function) that stepped; a second one (a GAN's discriminator, an
+        eval_step) does not count again."""
         if self._first is None:
             self._first = source
         return source is self._first
@@ -61,19 +70,47 @@ class Session:
                 print("leakdoctor run: this leakdoctor has no on_limit=; --on-limit is ignored", file=sys.stderr)
         return options
 
-    def finish(self, exception: BaseException | None = None) -> Any | None:
-        """Finish the attached doctor (it writes, plots and prints its summary); its summary, or None
-        when no step was seen."""
+    def finish(self, exception: BaseException | None = None, reason: str | None = None) -> Any | None:
+        """Finish the attached doctor (it writes, plots and prints its summary) and give its summary.
+        When no step was seen, the summary says so (verdict "unwatched", `reason`, or NO_STEP), and is
+        written and printed here; None when a doctor could not be made."""
         doctor = self.doctor
         if self.kind is None:
-            print(NO_STEP, file=sys.stderr)
+            return self.unwatched(reason or NO_STEP)
         if doctor is None:
             return None
         if self.kind == "keras":
             return doctor.finish(exception)
         if self.kind == "lightning":
             if doctor.doctor is None:  # a Trainer that never fitted
-                print(NO_STEP, file=sys.stderr)
-                return None
+                return self.unwatched(reason or NO_FIT)
             return doctor.doctor.finish(exception)
         return doctor.finish(exception)
+
+    def unwatched(self, reason: str) -> Any:
+        """The summary of a run in which no step was seen: written to summary_path, printed on stderr."""
+        from leakdoctor import __version__
+        from leakdoctor.summary import Summary
+
+        summary = Summary(framework=framework_imported(self.kind), steps=0, series={}, findings=[],
+                          version=__version__, unwatched={"reason": reason, "fix": FIX})
+        path = self.options.get("summary_path")
+        if path:
+            try:
+                summary.write(path)
+            except OSError as err:
+                print(f"leakdoctor run: could not write {path}: {err}", file=sys.stderr)
+        if self.options.get("verbose", True):
+            print(summary.text(), file=sys.stderr)
+        return summary
+
+
+def framework_imported(kind: str | None = None) -> str:
+    """The framework of a run without steps: the kind attached, else the one the script imported."""
+    if kind is not None:
+        return kind
+    for module, name in (("lightning", "lightning"), ("pytorch_lightning", "lightning"), ("keras", "keras"),
+                         ("mlx.core", "mlx"), ("jax", "jax"), ("torch", "torch")):
+        if module in sys.modules:
+            return name
+    return "python"

@@ -1,6 +1,11 @@
 """`--step-on module:function`: a step is a return from that function, for scripts whose step is none of
-the frameworks' (a numpy loop, a jitted JAX step). `function` may be a dotted path (`Trainer.step`);
-without `module:` (or with `__main__:`) it is the script's own.
+the frameworks' (a numpy loop, a step in an installed package, a whole jitted loop). `function` may be a
+dotted path (`Trainer.step`); without `module:` (or with `__main__:`) it is the script's own. With it,
+the automatic steps (frameworks.py) are off.
+
+The wrapper keeps the original as `__wrapped__` (functools.wraps): the doctor's own calls, such as
+force_eval's `mx.eval` under `--step-on mlx.core:eval`, go to the original (inspect.unwrap), and a call
+made while the doctor steps (session.depth > 0) is no step either, so the doctor never re-enters itself.
 
 A function of an imported module is wrapped when that module is imported. The script's own is wrapped
 right after the statement that defines it runs: the script's syntax tree gets, after each top-level
@@ -96,7 +101,11 @@ def _stepping(session: Session, fn: Callable[..., Any]) -> Callable[..., Any]:
         if session.depth == 0:
             doctor = session.attach("step_on", _doctor)
             if doctor is not None:
-                session.step(doctor)
+                session.depth += 1  # what the doctor calls (force_eval's mx.eval) is no step: no recursion
+                try:
+                    session.step(doctor)
+                finally:
+                    session.depth -= 1
         return result
 
     step_on.__leakdoctor_step_on__ = True  # type: ignore[attr-defined]
