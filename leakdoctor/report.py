@@ -70,8 +70,7 @@ def _judged(finding: Finding, findings: list[Finding], monitor: Monitor, setting
     material = grew and (series is None or _material(copy, series, settings))
     copy.severity = None if copy.benign else ("major" if material else "minor")
     copy.state, copy.reason = _state(copy, finding, findings, monitor, settings, material)
-    if copy.state == "withdrawn":
-        copy.severity = None
+    copy.severity = {"withdrawn": None, "minor": "minor"}.get(copy.state, copy.severity)
     return copy
 
 
@@ -87,6 +86,9 @@ def _state(copy: Finding, finding: Finding, findings: list[Finding], monitor: Mo
             "withdrawn", f"{finding.metric} grew {format_value(copy.rate_per_step, finding.unit)}/step over the run: "
                          f"too little to matter over {settings.horizon} steps, and nothing proves a leak")
     if copy.remedy is None and finding.metric in monitor.series and stopped(finding, monitor, settings):
+        if proven(copy) and copy.unit == "bytes":  # what still grows is below what memory shows, not gone
+            return "minor", (f"{stopped_note(finding, findings)}, as far as {finding.metric} can show; the "
+                             f"evidence of the cause stands")
         return "withdrawn", stopped_note(finding, findings)
     return "leak", None
 
@@ -144,8 +146,8 @@ def stopped(finding: Finding, monitor: Monitor, settings: Settings) -> bool:
 
 
 def stopped_note(finding: Finding, findings: list[Finding]) -> str:
-    """Why a growth that stopped is not reported: a remedy applied for another finding on the same
-    metric stopped it, or it stopped by itself."""
+    """Why a growth that stopped is no leak: a remedy applied for another finding on the same metric
+    stopped it, or it stopped by itself."""
     head = f"{finding.metric} grew from step {finding.first_step}"
     for other in findings:
         remedy = other.remedy
@@ -153,7 +155,7 @@ def stopped_note(finding: Finding, findings: list[Finding]) -> str:
                 and remedy.applied_step >= finding.detected_step:
             return (f"{head} ({finding.cause}) and stopped after {remedy.name}, applied at step "
                     f"{remedy.applied_step} for {other.cause}")
-    return f"{head} and stopped by itself after step {finding.detected_step}: not a leak"
+    return f"{head} and stopped by itself after step {finding.detected_step}"
 
 
 def unwatched(settings: Settings, steps: int) -> dict[str, Any] | None:
@@ -205,8 +207,8 @@ def projections(findings: list[Finding], monitor: Monitor, step: int, verifying:
     found = []
     for finding in findings:
         remedy = finding.remedy
-        if finding.benign or (remedy and (remedy.effective or (remedy.effective is None and not verifying))):
-            continue
+        if finding.final_state != "leak" or (remedy and remedy.effective is None and not verifying):
+            continue  # benign, remedied, minor or withdrawn: nothing to project
         for metric in dict.fromkeys((finding.metric, *finding.explains)):
             series = monitor.series.get(metric)
             if series is None or not series.spec.limit:

@@ -28,7 +28,7 @@ def line_of(script: str, marker: str) -> int:
 
 def finding(summary: dict, cause: str) -> dict:
     found = [f for f in summary["findings"] if f["cause"] == cause and counts(f)]
-    assert found, f"no {cause}: {[(f['cause'], f['metric']) for f in summary['findings']]}; notes {summary['notes']}"
+    assert found, f"no {cause}: {[(f['cause'], f['metric'], f['state'], f['reason'], f['rate_per_step']) for f in summary['findings']]}; notes {summary['notes']}"
     return found[0]
 
 

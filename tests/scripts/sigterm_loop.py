@@ -50,7 +50,7 @@ while not stop and time.monotonic() < deadline:
     step()
     doctor.step()
     steps += 1
-    if steps == 50:
+    if steps == 60:  # past warm-up and the 6 windows a verdict needs: the run is watched
         print("ready", flush=True)
 print(f"loop ended after {steps} steps", flush=True)
 doctor.finish()
