@@ -1,6 +1,8 @@
 """Forensics on their own, with real processes: the pagemap count of a Python list's pages that a forked
-child copied by reading it (the DataLoader workers' copy-on-read, pytorch#13246), and the throttle of the
-probes whose reads are expensive, which the doctor's probe schedule leaves to them."""
+child copied by reading it (the DataLoader workers' copy-on-read, pytorch#13246), the throttle of the
+probes whose reads are expensive, which the doctor's probe schedule leaves to them, and where the user's
+code grows: the line that appends to a watched list (its new items' allocation tracebacks) and the
+user's call that makes jax trace and compile again."""
 
 from __future__ import annotations
 
@@ -195,3 +197,99 @@ def test_the_type_census_counts_the_users_objects_and_not_leakdoctors_own():
     rows = dict(census.end(steps=10).rows)
     assert rows.get(f"{Record.__module__}.Record", 0) >= 20 and len(kept) == 40
     assert not [name for name in rows if name.startswith("leakdoctor.")], rows
+
+
+# --- where the user's code grows: the line that stores into a container, the call that compiles -------
+
+class Keeper:
+    def __init__(self) -> None:
+        self.kept: list = []
+
+    def keep(self) -> None:
+        self.kept.append(bytearray(1000))  # KEEPER-APPEND
+
+    def reset(self) -> None:
+        self.kept.insert(0, bytearray(1))  # never called while the window is open
+
+
+def _line(marker: str) -> int:
+    from pathlib import Path
+
+    text = Path(__file__).read_text().splitlines()
+    return next(i for i, line in enumerate(text, 1) if line.rstrip().endswith(f"# {marker}"))
+
+
+def made() -> bytearray:
+    return bytearray(1000)
+
+
+def _sites_of_a_window(fill) -> str | None:
+    """container_location of Keeper.kept after a traced window in which `fill(keeper)` ran 5 times."""
+    import tracemalloc
+
+    from leakdoctor.guard import Guard
+    from leakdoctor.integrations.python import AllocationDiff, ContainerSites, Watchlist, container_location
+
+    keeper, watchlist = Keeper(), Watchlist(Guard())
+    watchlist.add_object(keeper, "keeper", include_private=False)
+    watchlist.read()  # registers len(keeper.kept)
+    tracing, sites = AllocationDiff(), ContainerSites(watchlist)
+    tracing.begin()
+    sites.begin()
+    try:
+        for _ in range(5):
+            fill(keeper)
+        origins = sites.end(5)
+    finally:
+        tracing.end(5)
+    assert not tracemalloc.is_tracing()
+    assert len(origins.stacks["len(keeper.kept)"]) == 5
+    return container_location(watchlist, "len(keeper.kept)", origins)
+
+
+def test_a_watched_list_is_placed_at_the_line_that_appends_in_its_method():
+    location = _sites_of_a_window(Keeper.keep)
+    assert location == f"Keeper.kept (tests/test_forensics.py:{_line('KEEPER-APPEND')})"
+
+
+def fill_from_outside(keeper: Keeper) -> None:
+    record = made()
+    keeper.kept.append(record)  # OUTSIDE-APPEND
+
+
+def test_a_list_filled_from_outside_its_class_is_placed_at_that_append_not_at_the_classs_other_store():
+    location = _sites_of_a_window(fill_from_outside)
+    assert location == f"Keeper.kept (tests/test_forensics.py:{_line('OUTSIDE-APPEND')})"
+
+
+def test_storing_near_finds_the_append_after_the_line_that_made_the_item():
+    from leakdoctor.integrations.source import storing_near
+
+    line = _line("OUTSIDE-APPEND")
+    assert storing_near(__file__, line - 1, "kept") == line  # made on the line before, appended on this one
+    assert storing_near(__file__, line, "kept") == line
+    assert storing_near(__file__, line, "other") is None
+
+
+def test_jax_compiles_and_cache_misses_are_placed_at_the_users_call():
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    from leakdoctor.integrations.jax import CompileLog
+
+    @functools.partial(jax.jit, static_argnums=1)
+    def scaled(x, n):
+        return x * n
+
+    log = CompileLog()
+    log.begin()
+    try:
+        for n in range(3):
+            scaled(jnp.ones(3), n)  # JAX-CALL
+    finally:
+        activity = log.end(3)
+    here = f"tests/test_forensics.py:{_line('JAX-CALL')}"
+    assert activity.called_at("jit(scaled)") == here and activity.called_at("scaled") == here
+    assert activity.misses and all(miss.called_at == here for miss in activity.misses)

@@ -16,6 +16,7 @@ only and never runs in the investigation's cleanup ladder.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import weakref
@@ -27,7 +28,7 @@ from leakdoctor.detect import is_material
 from leakdoctor.diagnosis import Evidence
 from leakdoctor.integrations import Cleanup, FunctionProbe, Integration, MetricSpec, Rule
 from leakdoctor.integrations.holders import Holder, find_holders
-from leakdoctor.integrations.source import caller_frame, short_path
+from leakdoctor.integrations.source import caller_frame, is_user_file, short_path, user_site
 from leakdoctor.summary import Finding, format_value
 
 #: The event jax (0.4.30 and later, 0.10 included) records around every XLA backend compile.
@@ -57,7 +58,8 @@ def live_count(platform: str) -> str:
 # --- backend compiles: one process-wide listener ------------------------------------------------------
 
 class _CompileListener:
-    """Counts backend compiles; while an investigation records, also by function name and time."""
+    """Counts backend compiles; while an investigation records, also by function name, time and the line
+    of the user's code that made it compile (the call of the jitted function: a compile runs inside it)."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -67,8 +69,10 @@ class _CompileListener:
         if event != COMPILE_EVENT:
             return
         self.count += 1
-        for recorder in self.recorders:
-            recorder.record(str(kwargs.get("fun_name", "?")), duration)
+        if self.recorders:
+            site = user_site()
+            for recorder in self.recorders:
+                recorder.record(str(kwargs.get("fun_name", "?")), duration, site)
 
 
 _listener: _CompileListener | None = None
@@ -143,14 +147,17 @@ class CacheMiss:
     function: str
     defined_at: str | None
     reason: str
+    called_at: str | None = None  # the user's line that called the function (jax explains inside the call)
 
 
 @dataclass
 class CompileActivity:
-    """What compiled during the window: {function: (count, seconds)} and the tracing-cache misses."""
+    """What compiled during the window: {function: (count, seconds)}, the tracing-cache misses, and where
+    the user's code made each function compile ({function: {file:line: count}})."""
 
     functions: dict[str, tuple[int, float]]
     misses: list[CacheMiss]
+    sites: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def top(self, n: int = 3) -> str:
         ranked = sorted(self.functions.items(), key=lambda kv: -kv[1][0])[:n]
@@ -164,6 +171,13 @@ class CompileActivity:
         """Did a function called `name` (e.g. 'cond' for 'jit(cond)') compile?"""
         return any(re.search(rf"\b{re.escape(name)}\b", f) for f in self.functions)
 
+    def called_at(self, function: str | None) -> str | None:
+        """The user's line that made `function` ('jit(train_step)', or 'train_step' as a miss names it)
+        compile most often in the window."""
+        names = [f for f in self.sites if f == function or _unjitted(f) == function]
+        counts = Counter({site: n for name in names for site, n in self.sites[name].items()})
+        return counts.most_common(1)[0][0] if counts else None
+
     def repeated_miss(self) -> tuple[CacheMiss, int] | None:
         """The user function that missed the tracing cache most often, with how often."""
         counts = Counter((m.function, m.defined_at) for m in self.misses)
@@ -174,7 +188,16 @@ class CompileActivity:
         return last, count
 
 
+def _unjitted(name: str) -> str:
+    """'train_step' for 'jit(train_step)'."""
+    found = re.fullmatch(r"\w+\((.*)\)", name)
+    return found.group(1) if found else name
+
+
 class _MissHandler(logging.Handler):
+    """Collects jax's explanations of tracing-cache misses. jax logs them inside the call that misses, so
+    the user's frame on the stack is the line that called the function."""
+
     def __init__(self, misses: list[CacheMiss]) -> None:
         super().__init__(logging.DEBUG)
         self.misses = misses
@@ -182,7 +205,7 @@ class _MissHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         miss = parse_cache_miss(record.getMessage())
         if miss is not None:
-            self.misses.append(miss)
+            self.misses.append(dataclasses.replace(miss, called_at=user_site()))
 
 
 def parse_cache_miss(message: str) -> CacheMiss | None:
@@ -217,18 +240,21 @@ class CompileLog:
 
     def __init__(self) -> None:
         self._functions: dict[str, list[float]] = {}
+        self._sites: dict[str, Counter[str]] = {}
         self._misses: list[CacheMiss] = []
         self._handler: _MissHandler | None = None
         self._restore: tuple[bool, bool] | None = None
 
-    def record(self, function: str, seconds: float) -> None:
+    def record(self, function: str, seconds: float, site: str | None = None) -> None:
         entry = self._functions.setdefault(function, [0, 0.0])
         entry[0] += 1
         entry[1] += seconds
+        if site is not None:
+            self._sites.setdefault(function, Counter())[site] += 1
 
     def begin(self) -> None:
         jax = require()
-        self._functions, self._misses = {}, []
+        self._functions, self._sites, self._misses = {}, {}, []
         compile_listener().recorders.append(self)
         logger = logging.getLogger(_MISS_LOGGER)
         self._handler = _MissHandler(self._misses)
@@ -252,7 +278,8 @@ class CompileLog:
                 require().config.update("jax_explain_cache_misses", False)
                 logger.propagate = propagate
         self._handler, self._restore = None, None
-        return CompileActivity({k: (int(n), s) for k, (n, s) in self._functions.items()}, list(self._misses))
+        return CompileActivity({k: (int(n), s) for k, (n, s) in self._functions.items()}, list(self._misses),
+                               {k: dict(v) for k, v in self._sites.items()})
 
 
 @dataclass
@@ -460,8 +487,11 @@ def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
 
     The optimizer's re-traced cond is reported on the compile count, which cond_to_where stops. Any other
     cause is reported on resident memory when it grows (jax.clear_caches can bound it), placed where the
-    function is defined; else on the compile count, placed at the compiled function: a different place,
-    so compiles that go on after clear_cache bounded the memory are not taken for the memory coming back.
+    function is defined; else on the compile count, placed at the compiled function ('jit(step) (train.py:9)'):
+    a different place, so compiles that go on after clear_cache bounded the memory are not taken for the
+    memory coming back. The place is always in the user's code: where jax says the function is defined
+    when that is the user's file, else (a framework's wrapper: eqx.filter_jit's, in site-packages) the
+    user's line that called it when jax traced or compiled it again (found on the stack at that moment).
     Compiles that grew resident memory before their count was suspect are compile_cache too, not
     native_memory."""
     if COMPILES not in ev.unexplained(accepted) and not _compiled_along(ev, accepted):
@@ -485,23 +515,43 @@ def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
     metric = RSS if rss else COMPILES
     compiled = activity.most_compiled()
     repeated = activity.repeated_miss()
+    called = activity.called_at(compiled)
     if repeated is not None:
         miss, count = repeated
-        defined = miss.defined_at or miss.function
+        called = miss.called_at or activity.called_at(miss.function) or called
+        # where the function is defined when that is the user's code; else (a framework's wrapper defined in
+        # site-packages: eqx.filter_jit's) the user's line that calls it
+        defined = miss.defined_at if _users(miss.defined_at) else called
         facts += f"; {miss.function} was traced again {count}x: {miss.reason}"
+        if called and called != defined:
+            facts += f"; called at {called}"
         fix = (f"make {miss.function} trace once: pass values that change every step (a learning rate, a step "
                f"count) as arrays (jnp.asarray(x)) instead of static arguments, Python scalars in closures or "
                f"changing shapes; define it once, outside the loop")
     else:
-        defined = compiled
+        defined = called
         fix = ("jit the training step once, keep shapes and static arguments fixed, and define jitted functions "
                "outside the loop; jax.config.update('jax_explain_cache_misses', True) tells why jax traces again")
+        if called:
+            facts += f"; {compiled} compiled from {called}"
     bound = ". remedies='safe' bounds the memory with jax.clear_caches() (clear_cache), at the price of " \
             "compiling again" if metric == RSS else ""
+    # where the function is defined in the user's code, else the user's line that calls it; on the compile
+    # count, after the compiled function's name
+    if metric == RSS:
+        location = defined or compiled
+    else:
+        location = f"{compiled} ({defined})" if compiled and defined else defined or compiled
     return [ev.finding(
-        "compile_cache", metric, location=defined if metric == RSS else compiled, explains=(COMPILES, *rss),
+        "compile_cache", metric, location=location, explains=(COMPILES, *rss),
         evidence=facts, recommendation=fix + bound,
     )]
+
+
+def _users(location: str | None) -> bool:
+    """Is 'file.py:12' a line of the user's own code (not a framework's wrapper in site-packages)?"""
+    path, _, line = (location or "").rpartition(":")
+    return bool(path) and line.isdigit() and is_user_file(path)
 
 
 def _gained_bytes(growth: "ArrayGrowth", platform: str) -> float:

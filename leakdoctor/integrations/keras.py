@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 from leakdoctor.diagnosis import Evidence
 from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec, Rule
-from leakdoctor.integrations.source import frame_location, is_user_file
+from leakdoctor.integrations.source import is_user_file, user_site
 from leakdoctor.summary import Finding, format_value
 
 ALIVE = "keras_models_alive"
@@ -110,15 +110,6 @@ def variables_bytes(model: Any) -> float:
         bits = re.search(r"\d+", str(v.dtype))
         total += math.prod(v.shape) * (int(bits.group()) // 8 if bits else 1)
     return float(total)
-
-
-def user_site(frame: Any) -> str | None:
-    """'train.py:42': the innermost frame of the user's own code at or above `frame`."""
-    while frame is not None:
-        if is_user_file(frame.f_code.co_filename):
-            return frame_location(frame)
-        frame = frame.f_back
-    return None
 
 
 def caller_site() -> str | None:

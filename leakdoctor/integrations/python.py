@@ -1,6 +1,8 @@
 """Python-level knowledge for every run: user gauges and watched containers (cheap, every step), a gc
-census by type and a tracemalloc snapshot diff (forensics, only during an investigation), the
-gc.collect cleanup rung, and the rules for container_growth and python_objects."""
+census by type, a tracemalloc snapshot diff and the allocation sites of watched containers' new items
+(forensics, only during an investigation), the gc.collect cleanup rung, and the rules for
+container_growth (retained_graph where a watched container's items hold autograd graphs) and
+python_objects."""
 
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ from typing import Any, Callable, Mapping
 
 from leakdoctor.detect import is_material
 from leakdoctor.diagnosis import Evidence
+from leakdoctor.gauges import TIMEOUT, Gauges
 from leakdoctor.guard import Guard
 from leakdoctor.integrations import Cleanup, Integration, MetricSpec, Rule
-from leakdoctor.integrations.source import code_location, is_engine, is_user_file, short_path
+from leakdoctor.integrations.source import (class_region, code_location, is_engine, is_user_file, short_path,
+                                            storing_line, storing_near)
 from leakdoctor.summary import Finding, format_value
 
 CONTAINERS = (list, dict, set, frozenset, tuple, deque)
@@ -34,21 +38,22 @@ def type_name(t: type) -> str:
 
 class Watchlist:
     """User gauges (`doctor.watch`) and objects whose container attributes are counted
-    (`doctor.watch_object`). One probe; each gauge is guarded on its own."""
+    (`doctor.watch_object`). The containers are this probe; the gauges are `gauges`, a probe of their
+    own that paces and times each (leakdoctor/gauges.py); the names of both are answered for here."""
 
     name = "watchlist"
     every = 1
 
     def __init__(self, guard: Guard) -> None:
         self._guard = guard
-        self._gauges: dict[str, Callable[[], float]] = {}
         self._objects: dict[str, tuple[Callable[[], Any], bool]] = {}
         self._specs: dict[str, MetricSpec] = {}
-        self._containers: dict[str, tuple[Callable[[], Any], str | None]] = {}
+        self._containers: dict[str, Watched] = {}
+        self.gauges = Gauges(guard, self._specs)
 
-    def add_gauge(self, name: str, gauge: Callable[[], float], unit: str) -> None:
+    def add_gauge(self, name: str, gauge: Callable[[], float], unit: str, timeout: float = TIMEOUT) -> None:
         where = code_location(gauge)
-        self._gauges[name] = gauge
+        self.gauges.add(name, gauge, timeout)
         self._specs[name] = MetricSpec(name, unit, source="gauge",
                                        where=f"gauge {name!r}" + (f" ({where})" if where else ""))
 
@@ -61,15 +66,6 @@ class Watchlist:
 
     def read(self) -> Mapping[str, float]:
         values: dict[str, float] = {}
-        failed = []
-        for name, gauge in self._gauges.items():
-            try:
-                values[name] = float(gauge())
-            except Exception as err:  # noqa: BLE001 - one bad gauge must not stop the others
-                failed.append((name, err))
-        for name, err in failed:
-            del self._gauges[name]
-            self._guard.disable(f"gauge {name!r}", f"{type(err).__name__}: {err}")
         for name, (ref, private) in list(self._objects.items()) if self._objects else ():
             obj = ref()
             if obj is None:
@@ -96,7 +92,9 @@ class Watchlist:
         self._specs[metric] = MetricSpec(metric, "count", source="container",
                                          where=where + (f" ({source})" if source else ""))
         ref = weakref.ref(obj) if attr else (lambda: obj)
-        self._containers[metric] = (lambda: getattr(ref(), attr) if attr else ref(), attr)
+        self._containers[metric] = Watched(where, lambda: getattr(ref(), attr) if attr else ref(), attr,
+                                           owner if attr else None,
+                                           (lambda v: setattr(ref(), attr, v)) if attr else None)
 
     def spec(self, metric: str) -> MetricSpec:
         return self._specs[metric]
@@ -109,10 +107,38 @@ class Watchlist:
 
     def container(self, metric: str) -> Any:
         """The live container behind a `len(...)` metric, or None."""
-        getter = self._containers.get(metric)
+        watched = self._containers.get(metric)
+        return watched.value() if watched else None
+
+    def watched(self, metric: str) -> "Watched | None":
+        """What is known of the container behind a `len(...)` metric: its name, owner and access."""
+        return self._containers.get(metric)
+
+    def containers(self) -> list[tuple[str, Any]]:
+        """(metric, live container) of every watched container still alive."""
+        found = []
+        for metric, watched in list(self._containers.items()):
+            value = watched.value()
+            if isinstance(value, CONTAINERS):
+                found.append((metric, value))
+        return found
+
+
+@dataclass(frozen=True)
+class Watched:
+    """A watched container: its name ("Trainer.history"), access to it (`get`; `rebind` replaces it on its
+    owner), the attribute and the class of the object that holds it (None for a container watched itself)."""
+
+    name: str
+    get: Callable[[], Any]
+    attr: str | None
+    owner: type | None
+    rebind: Callable[[Any], None] | None
+
+    def value(self) -> Any:
         try:
-            return getter[0]() if getter else None
-        except AttributeError:
+            return self.get()
+        except (AttributeError, TypeError):  # the attribute was deleted, or its owner collected
             return None
 
 
@@ -259,6 +285,47 @@ class CycleCensus:
         return Cycles(kinds.most_common(10), [(kind, site, n) for (kind, site), n in ranked if n >= 2])
 
 
+@dataclass
+class ContainerOrigins:
+    """Where the items that watched containers gained during the window were made: for each container
+    metric, the user's frames (file, line), innermost first, of the allocation of each sampled new item
+    (read from tracemalloc while it traced the window)."""
+
+    stacks: dict[str, list[tuple[tuple[str, int], ...]]]
+
+
+class ContainerSites:
+    """The code that fills the watched containers: at the end of the window (tracemalloc still tracing:
+    this forensic ends before the allocation diff), the allocation tracebacks of the newest items of
+    each watched container that grew, so that a growing list is placed at the line that appends to it,
+    not where its owner's class is defined."""
+
+    name = "container_sites"
+    #: Newest items per container whose allocation is looked up.
+    sample = 8
+
+    def __init__(self, watchlist: Watchlist) -> None:
+        self._watchlist = watchlist
+        self._lengths: dict[str, int] = {}
+
+    def begin(self) -> None:
+        self._lengths = {metric: len(container) for metric, container in self._watchlist.containers()}
+
+    def end(self, steps: int) -> ContainerOrigins:
+        stacks: dict[str, list[tuple[tuple[str, int], ...]]] = {}
+        lengths, self._lengths = self._lengths, {}
+        if not tracemalloc.is_tracing():
+            return ContainerOrigins(stacks)
+        for metric, container in self._watchlist.containers():
+            gained = len(container) - lengths.get(metric, 0)
+            for item in new_items(container, min(gained, self.sample)):
+                traceback = tracemalloc.get_object_traceback(item)
+                frames = tuple((f.filename, f.lineno) for f in reversed(traceback or ()) if is_user_file(f.filename))
+                if frames:
+                    stacks.setdefault(metric, []).append(frames)
+        return ContainerOrigins(stacks)
+
+
 def _blame(traceback: tracemalloc.Traceback) -> tracemalloc.Frame | None:
     """The innermost user frame; else the innermost frame. None for what leakdoctor's engine allocated
     itself (an engine frame comes before any user frame), which would else be blamed on the user's line
@@ -310,7 +377,9 @@ def container_rule(watchlist: Watchlist) -> Rule:
     """A gauge or a watched container that keeps growing, unless what it holds is too little to matter
     (a history of losses: bytes per step that matter to no run) and the step's CPU time does not rise
     with it (a history walked every step is the Burn case, a leak of time). Items that hold an autograd
-    graph always matter: their size hides the graph."""
+    graph always matter: their size hides the graph; no framework rule having named them, they are
+    retained_graph, with the container as the holder that detach_retained acts on. Placed at the line of
+    the user's code that stores into the container (container_location), with what it stores in the fix."""
 
     def container_growth(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         found = []
@@ -327,17 +396,112 @@ def container_rule(watchlist: Watchlist) -> Rule:
                         if held else "") + ": too little to matter over the run, and step time is flat: "
                         "a history, not a leak")
                 continue
-            explains = [metric] + (["rss_bytes"] if _holds_the_rss_growth(ev, held) else [])
+            # the graphs' saved activations are what resident memory gains; their tensors' sizes hide them
+            explains = [metric] + (["rss_bytes"] if _holds_the_rss_growth(ev, held) or graphs and "rss_bytes"
+                                   in ev.unexplained(accepted) else [])
             name = spec.where.split(" (")[0] if spec.where else metric
+            location = container_location(watchlist, metric, ev.reports.get("container_sites")) or spec.where
+            evidence = f"{ev.describe(metric)}" + (f", about {format_value(held, 'bytes')} of new items"
+                                                   if held else "") + step_time_note(ev) + _where_allocated(ev)
+            stores = stored(container, items, name)
+            if graphs:  # tensors that keep their autograd graphs: detach_retained can free those in place
+                found.append(_retained(ev, watchlist, metric, location, tuple(explains), items, stores, evidence))
+                continue
             found.append(ev.finding(
-                "container_growth", metric, location=spec.where, explains=tuple(explains), subject=container,
-                evidence=f"{ev.describe(metric)}" + (f", about {format_value(held, 'bytes')} of new items"
-                                                     if held else "") + step_time_note(ev) + _where_allocated(ev),
-                recommendation=f"bound or clear {name} (clear it at epoch end, keep a fixed-size deque, or store summaries instead of objects)",
+                "container_growth", metric, location=location, explains=tuple(explains), subject=container,
+                evidence=evidence,
+                recommendation=(f"{stores}: " if stores else "") + f"bound or clear {name} (clear it at epoch "
+                               f"end, keep a fixed-size deque, or store summaries instead of objects)",
             ))
         return found
 
     return Rule(50, container_growth)
+
+
+def _retained(ev: Evidence, watchlist: Watchlist, metric: str, location: str | None, explains: tuple[str, ...],
+              items: list[Any], stores: str, evidence: str) -> Finding:
+    """A watched container whose new items are tensors holding their autograd graphs (no framework
+    integration saw them first): retained_graph, with the container as the holder detach_retained acts on."""
+    from leakdoctor.integrations.holders import Holder  # holders builds on this module
+
+    watched = watchlist.watched(metric)
+    name = watched.name if watched else metric
+    subject = []
+    if watched is not None:
+        region = class_region(watched.owner) if watched.owner else None
+        subject = [Holder(name, "", sum(_has_graph(i) for i in items), (region,) if region else (), 0,
+                          watched.value, watched.rebind)]
+    return ev.finding(
+        "retained_graph", metric, location=location, explains=explains, subject=subject,
+        evidence=f"{evidence}; its new items are tensors with grad_fn, each keeping its step's autograd graph",
+        recommendation=f"{stores}: store loss.detach() or loss.item() in {name}, not the tensor with its autograd "
+                       f"graph (or compute it under torch.no_grad()), and clear {name} once it is used"
+                       + _detach_note(ev, bool(subject)),
+    )
+
+
+def _has_graph(item: Any) -> bool:
+    return getattr(item, "grad_fn", None) is not None
+
+
+def _detach_note(ev: Evidence, reachable: bool) -> str:
+    """What remedies can do about kept graphs here, or why they cannot."""
+    if not reachable:
+        return "; detach_retained cannot act: the container holding the tensors could not be reached again"
+    if "detach_retained" in ev.remedies:
+        return ""
+    return "; remedies='all' (or ['detach_retained']) detaches the kept tensors in place after every step"
+
+
+def stored(container: Any, items: list[Any], name: str) -> str:
+    """'the list Trainer.history stores bytearray objects of about 195.3 KiB each': what the code keeps in
+    a container, from its newest items ('' when there are none)."""
+    if not items or container is None:
+        return ""
+    if any(_has_graph(item) for item in items):
+        what = "tensors with grad_fn (each keeps its step's autograd graph, and the activations it saved, alive)"
+    else:
+        kind = Counter(describe_item(item) for item in items).most_common(1)[0][0]
+        size = sum(map(item_bytes, items)) / len(items)
+        what = f"{kind} objects of about {format_value(size, 'bytes')} each"
+    return f"the {type(container).__name__} {name} stores {what}"
+
+
+def describe_item(item: Any) -> str:
+    """'numpy.ndarray float32[256,256]', 'bytearray': an item's type, and for arrays its dtype and shape."""
+    kind = type_name(type(item))
+    shape, dtype = getattr(item, "shape", None), getattr(item, "dtype", None)
+    if isinstance(shape, tuple) and dtype is not None:
+        return f"{kind} {str(dtype).removeprefix('torch.')}[{','.join(map(str, shape))}]"
+    return kind
+
+
+def container_location(watchlist: Watchlist, metric: str, origins: ContainerOrigins | None) -> str | None:
+    """'Trainer.history (train.py:42)': a watched container, placed at the line of the user's code that
+    stores into it: the one around where its new items were made (their allocation tracebacks, the
+    innermost user frame first, most often found first); else a line of its owner's class that stores
+    into it; else the line that made its new items. None when nothing is known (the spec's `where`)."""
+    watched = watchlist.watched(metric)
+    if watched is None:
+        return None
+    attr = watched.attr or (watched.name if watched.name.isidentifier() else None)
+    stacks = origins.stacks.get(metric, []) if origins else []
+    sites: Counter[tuple[str, int]] = Counter()
+    for stack in stacks if attr else ():
+        found = next(((file, line) for file, lineno in stack if (line := storing_near(file, lineno, attr))), None)
+        if found:
+            sites[found] += 1
+    if not sites and attr and watched.owner is not None:
+        region = class_region(watched.owner)
+        line = storing_line(*region, attr) if region else None
+        if line is not None:
+            sites[(region[0], line)] += 1
+    if not sites:
+        sites.update(stack[0] for stack in stacks)
+    if not sites:
+        return None
+    file, line = sites.most_common(1)[0][0]
+    return f"{watched.name} ({short_path(file)}:{line})"
 
 
 def _grown_containers(ev: Evidence, accepted: list[Finding]) -> list[tuple[str, int]]:
@@ -460,8 +624,9 @@ def integration(watchlist: Watchlist) -> Integration:
     """Python probes, forensics, the gc rung and the Python rules."""
     return Integration(
         name="python",
-        probes=[watchlist],
-        forensics=[TypeCensus(), AllocationDiff(), CycleCensus()],  # ended in reverse: cycles while tracing
+        probes=[watchlist, watchlist.gauges],
+        # ended in reverse: the cycles and the containers' items while tracemalloc still traces
+        forensics=[TypeCensus(), AllocationDiff(), ContainerSites(watchlist), CycleCensus()],
         cleanups=[Cleanup("gc_collect", gc.collect)],
         rules=[container_rule(watchlist), Rule(55, garbage_cycles), Rule(80, python_objects)],
     )

@@ -82,6 +82,21 @@ def frame_location(frame: Any, line: int | None = None) -> str:
     return f"{short_path(frame.f_code.co_filename)}:{line or frame.f_lineno}"
 
 
+def user_frame(frame: Any) -> Any:
+    """The innermost frame of the user's own code from `frame` outwards (skipping leakdoctor, the
+    frameworks in site-packages and the stdlib), or None: the line of the user's program that led to
+    what runs in `frame` (the call of a jitted function that made jax trace and compile it again)."""
+    while frame is not None and not is_user_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+def user_site(frame: Any = None) -> str | None:
+    """'train.py:42': where the user's code stands, from `frame` (default: the caller's) outwards."""
+    found = user_frame(frame if frame is not None else sys._getframe(1))
+    return frame_location(found) if found is not None else None
+
+
 def caller_frame() -> Any:
     """The innermost frame outside leakdoctor's engine: the training loop that called doctor.step()."""
     frame = sys._getframe(1)
@@ -147,5 +162,54 @@ def storing_line(filename: str, first: int, last: int, name: str) -> int | None:
     tree = _parse(filename, len(linecache.getlines(filename)))
     if tree is None or not name.isidentifier():
         return None
-    hits = [n.lineno for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last and _stores_into(n, name)]
-    return min(hits) if hits else None
+    hits = _storing_lines(tree, first, last, name)
+    return hits[0] if hits else None
+
+
+def _storing_lines(tree: ast.Module, first: int, last: int, name: str) -> list[int]:
+    """The lines between `first` and `last` where the code stores into `name`, in order."""
+    return sorted({n.lineno for n in _stores(tree, first, last, name)})
+
+
+def _stores(tree: ast.Module, first: int, last: int, name: str) -> list[ast.AST]:
+    return [n for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last and _stores_into(n, name)]
+
+
+def _enclosing(tree: ast.Module, line: int) -> tuple[int, int] | None:
+    """First and last line of the innermost function that contains `line`; None at module level."""
+    best: tuple[int, int] | None = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            first, last = node.lineno, getattr(node, "end_lineno", None) or node.lineno
+            if first <= line <= last and (best is None or last - first < best[1] - best[0]):
+                best = (first, last)
+    return best
+
+
+def storing_near(filename: str, line: int, name: str) -> int | None:
+    """The line of the code around `line` (its function; at module level, the module) that stores into
+    `name`: the statement at `line` if it does (`self.history.append(bytearray(n))`, over several lines
+    too), else the first such line after it (an object made, then appended), else the last one before it.
+    None when the code there does not store into `name`."""
+    if not name.isidentifier() or not is_user_file(filename):
+        return None
+    tree = _parse(filename, len(linecache.getlines(filename)))
+    if tree is None:
+        return None
+    first, last = _enclosing(tree, line) or (1, sys.maxsize)
+    stores = _stores(tree, first, last, name)
+    spanning = [n.lineno for n in stores if n.lineno <= line <= (getattr(n, "end_lineno", None) or n.lineno)]
+    if spanning:
+        return max(spanning)
+    hits = sorted({n.lineno for n in stores})
+    after = [n for n in hits if n >= line]
+    return after[0] if after else (hits[-1] if hits else None)
+
+
+def class_region(cls: type) -> tuple[str, int, int] | None:
+    """(file, first line, last line) of a class's source, if it can be read."""
+    try:
+        lines, first = inspect.getsourcelines(cls)
+        return inspect.getsourcefile(cls) or "?", first, first + len(lines) - 1
+    except (OSError, TypeError):
+        return None

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 from leakdoctor.diagnosis import Evidence
 from leakdoctor.integrations import Rule
 from leakdoctor.integrations.holders import Holder, find_holders
-from leakdoctor.integrations.python import CONTAINERS
+from leakdoctor.integrations.python import CONTAINERS, new_items
 from leakdoctor.summary import Finding, format_value
 
 #: Most autograd nodes a census walks; a graph this large is reported as at least this large.
@@ -173,12 +173,14 @@ def retained_rule() -> Rule:
         top = allocations.top if allocations else None
         location = holder.location(allocations) if holder else top.location if top else None
         name = holder.path if holder else "the kept tensors"
-        if holder is None or isinstance(holder.get(), CONTAINERS):
+        kept = holder.get() if holder else None
+        if holder is None or isinstance(kept, CONTAINERS):
             advice = (f"store loss.detach() or loss.item() in {name}, not the tensor with its autograd graph (or "
                       f"compute it under torch.no_grad()), and clear {name} once it is used")
         else:
             advice = (f"add loss.detach() or loss.item() to {name}, not the tensor with its autograd graph (or "
                       f"compute it under torch.no_grad())")
+        advice = _what_is_kept(holder, kept) + advice + _remedy_note(ev, census.holders)
         growth = "; ".join(_describe(ev, m, census) for m in dict.fromkeys([metric, *containers]))
         found = ev.finding(
             "retained_graph", metric, location=location,
@@ -190,6 +192,28 @@ def retained_rule() -> Rule:
         return [found]
 
     return Rule(30, retained_graph)
+
+
+def _what_is_kept(holder: Holder | None, kept: Any) -> str:
+    """'the list Model.step_losses stores tensors with grad_fn (...): ': what the code keeps, where known."""
+    if holder is None:
+        return ""
+    newest = [t for t in new_items(kept, 8) if getattr(t, "grad_fn", None) is not None and hasattr(t, "shape")]
+    what = f"tensors with grad_fn ({group_of(newest[-1])[0]})" if newest else "tensors with grad_fn"
+    if isinstance(kept, CONTAINERS):
+        return (f"the {type(kept).__name__} {holder.path} stores {what}, each keeping its step's autograd graph "
+                f"and the activations it saved: ")
+    return f"{holder.path} holds a tensor with grad_fn whose autograd graph chains every step's graph to the last: "
+
+
+def _remedy_note(ev: Evidence, holders: Sequence[Holder]) -> str:
+    """What detach_retained can do here, or why it cannot act."""
+    if not holders:
+        return ("; detach_retained cannot act: no place in the program (an attribute of the model or of your "
+                "objects, a variable of the training loop, a global) was found holding the kept tensors")
+    if "detach_retained" in ev.remedies:
+        return ""
+    return "; remedies='all' (or ['detach_retained']) detaches the kept tensors in place after every step"
 
 
 def _graphs_account(ev: Evidence, metric: str, census: Retained) -> bool:

@@ -3,8 +3,13 @@ as Lightning's `self.training_step_outputs`, a dict, a local list, a global, a r
 ones, so their autograd graphs, and the activations those graphs saved, are freed while the user's code
 keeps its objects. The loop keeps adding, so new items are detached after every step while the finding is
 open. Not safe: a program that meant to call backward() through the kept tensors later can no longer do
-it. Applies to a retained_graph finding on memory (bytes), the metric it frees and is judged on, whose
-holders were found (its subject).
+it. Applies to a retained_graph finding whose holders were found (its subject): on memory (bytes), the
+metric it frees and is judged on by its slope; or on the length of a watched container (a count: a
+LightningModule's `self.step_losses`, any `watch_object`'s list or dict), which keeps growing by an item
+a step after the remedy, as the user's code appends; what the remedy frees there are the items' graphs,
+so it is judged on them: it worked when the holders keep no tensor with a graph any more and what they
+keep of a step is small (the list that still grows is then a history of detached numbers, which the
+container rule judges by the bytes it holds; large detached tensors would go on leaking memory).
 
 Small CPU tensors kept this way (a scalar loss per step) are also packed into shared buffers: each has a
 storage of a few bytes, allocated while the step's large temporaries came and went, and glibc carves those
@@ -98,14 +103,36 @@ class DetachRetained(Remedy):
         self._holders: list[Holder] = []
         self._pack = Packer()
         self._done: dict[int, tuple[int, int]] = {}  # holder index -> (id of its list/dict, items detached)
+        self._on_count = False
 
     def applicable(self, ctx: RemedyContext) -> bool:
-        return super().applicable(ctx) and ctx.finding.unit == "bytes" and bool(ctx.finding.subject)
+        finding = ctx.finding
+        if not super().applicable(ctx) or not finding.subject or finding.unit not in ("bytes", "count"):
+            return False
+        return finding.unit == "bytes" or any(_reachable(holder) for holder in finding.subject)
 
     def apply(self, ctx: RemedyContext) -> str:
         self._holders = list(ctx.finding.subject)
+        self._on_count = ctx.finding.unit == "count"
         self._detach_all()
-        return f"detached the tensors held by {', '.join(h.name for h in self._holders)}, and new ones after every step"
+        names = [h.name for h in self._holders if _reachable(h)] or [h.name for h in self._holders]
+        return (f"detached the tensors held by {', '.join(names)}, and new ones after every "
+                f"step" + (f"; {ctx.finding.metric} still grows as the code appends, by detached items"
+                           if self._on_count else ""))
+
+    def worked(self, rate_before: float, after: Any) -> bool:
+        """On memory: its slope fell (Remedy.worked). On a container's length, which goes on growing as the
+        user's code appends: the holders keep no tensor with an autograd graph any more, and what they keep
+        of a step is small (a number, a few: the items packed into shared buffers). Detached tensors that
+        are large still leak: the container's growth then matters in bytes, which detaching cannot stop."""
+        if not self._on_count:
+            return super().worked(rate_before, after)
+        values = [value for holder in self._holders if (value := holder.get()) is not None]
+        if not values or any(holds_graph(value, depth=2) for value in values):
+            return False
+        newest = [item for value in values if isinstance(value, (list, dict, deque))
+                  for item in islice(reversed(value.values() if isinstance(value, dict) else value), 8)]
+        return all(_tensor_bytes(item) <= PACK_BYTES for item in newest)
 
     def on_step(self, ctx: RemedyContext) -> None:
         self._detach_all()
@@ -142,6 +169,24 @@ class DetachRetained(Remedy):
             for key in list(islice(container, start, None)):
                 container[key] = detached(container[key], 1, self._pack)
         self._done[index] = (id(container), len(container))
+
+
+def _tensor_bytes(value: Any, depth: int = 1) -> int:
+    """Bytes of the tensors in `value` (a tensor, or a tuple, list or dict of them, `depth` deep)."""
+    if callable(getattr(value, "element_size", None)) and callable(getattr(value, "numel", None)):
+        return value.element_size() * value.numel()
+    if depth == 0 or not isinstance(value, (list, deque, dict, tuple)):
+        return 0
+    return sum(_tensor_bytes(item, depth - 1) for item in (value.values() if isinstance(value, dict) else value))
+
+
+def _reachable(holder: Holder) -> bool:
+    """Can the remedy reach what the holder keeps (a container, or a tensor with a graph)?"""
+    try:
+        value = holder.get()
+    except Exception:  # noqa: BLE001 - an owner gone, an attribute deleted: nothing to act on
+        return False
+    return isinstance(value, (list, dict, deque, tuple)) or has_graph(value)
 
 
 def _detach_newest(items: deque, detach: Callable[[Any], Any]) -> None:
