@@ -284,11 +284,13 @@ class Clinic:
             # a buffer) can lift the estimate over the line; read more before undoing the remedy
             treatment.undecided_at = windows
             return
-        outcome.effective, outcome.rate_after = worked, after.slope
+        counted = finding.unit != "count" or remedy.stops_count
+        outcome.effective, outcome.rate_after = worked, after.slope if counted else None
         treatment.verified = True
+        after_text = f"{format_value(outcome.rate_after, finding.unit)}/step after" if counted else \
+            "the count goes on, what it holds is freed"
         self.say(f"step {self._step}: {remedy.name} {'worked' if worked else 'did NOT work'} on {finding.cause} "
-                 f"({format_value(finding.rate_per_step, finding.unit)}/step before, "
-                 f"{format_value(after.slope, finding.unit)}/step after)")
+                 f"({format_value(finding.rate_per_step, finding.unit)}/step before, {after_text})")
         if worked:
             self.monitor.watch(finding.explains, since=self._step)
             return

@@ -59,7 +59,8 @@ def _judged(finding: Finding, findings: list[Finding], monitor: Monitor, setting
     remedy = copy.remedy
     grew = True
     if series is not None and remedy and remedy.effective:
-        after = whole_fit(series, settings, since=remedy.applied_step)
+        after = whole_fit(series, settings, since=remedy.applied_step) \
+            if remedy.rate_after is not None or finding.unit != "count" else None  # none: the count goes on
         remedy.rate_after = after[0] if after else remedy.rate_after
     elif series is not None:
         fit = whole_fit(series, settings, since=finding.first_step - 1,

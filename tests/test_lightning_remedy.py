@@ -115,6 +115,7 @@ def test_losses_kept_in_a_lightning_modules_list_are_detached_and_the_run_remedi
     assert remedy is not None and remedy["name"] == "detach_retained", found
     # judged on the graphs it frees, not on the list's length, which grows on as the code appends
     assert remedy["effective"] is True and found["state"] == "remedied", found
+    assert remedy["rate_after"] is None  # the list's length goes on growing: no rate after on the count
     assert summary["verdict"] == "remedied", summary["findings"]
     assert [f for f in summary["findings"] if f["state"] == "leak"] == []
     assert result["kept"] == STEPS and result["with_graph"] == 0  # the user's list intact, its graphs freed

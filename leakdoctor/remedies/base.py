@@ -36,6 +36,9 @@ class Remedy:
     safe: ClassVar[bool]
     #: The slope after must fall to at most this fraction of the slope before.
     max_rate_ratio: ClassVar[float] = 0.25
+    #: Does it stop a count's growth? A remedy that frees what the items hold while the user's code goes
+    #: on adding them (detach_retained on a list's length) has no rate after on the count.
+    stops_count: ClassVar[bool] = True
 
     def applicable(self, ctx: RemedyContext) -> bool:
         """Can this remedy act on this finding here (framework present, target known)?"""

@@ -98,6 +98,7 @@ class DetachRetained(Remedy):
     name = "detach_retained"
     treats = frozenset({"retained_graph"})
     safe = False
+    stops_count = False  # the user's list goes on growing; its items no longer hold graphs
 
     def __init__(self) -> None:
         self._holders: list[Holder] = []
