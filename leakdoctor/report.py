@@ -30,6 +30,7 @@ def thinned(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return (steps[::stride], values[::stride]) if stride > 1 else (steps, values)
 
 
+RESIDENT = "rss_bytes"
 #: Causes whose evidence shows the mechanism itself (a graph kept alive, a hook added, a function traced
 #: again, a lazy graph chained across steps): a finding of one is reported whatever its rate, as minor
 #: where the rate does not matter over the horizon. Growth named only by its rate (python_objects,
@@ -86,10 +87,11 @@ def _state(copy: Finding, finding: Finding, findings: list[Finding], monitor: Mo
         return ("minor", None) if proven(copy) else (
             "withdrawn", f"{finding.metric} grew {format_value(copy.rate_per_step, finding.unit)}/step over the run: "
                          f"too little to matter over {settings.horizon} steps, and nothing proves a leak")
-    if copy.remedy is None and finding.metric in monitor.series and stopped(finding, monitor, settings):
-        if proven(copy) and copy.unit == "bytes":  # what still grows is below what memory shows, not gone
-            return "minor", (f"{stopped_note(finding, findings)}, as far as {finding.metric} can show; the "
-                             f"evidence of the cause stands")
+    # Resident memory reuses the heap it freed, so it can level off while a proven cause goes on (a list
+    # of outputs that keep their graphs): only an exact counter (live arrays, a count) shows such a stop.
+    resident_proof = proven(copy) and finding.metric == RESIDENT
+    if copy.remedy is None and not resident_proof and finding.metric in monitor.series \
+            and stopped(finding, monitor, settings):
         return "withdrawn", stopped_note(finding, findings)
     return "leak", None
 
@@ -125,17 +127,18 @@ def skipped_notes(monitor: Monitor) -> list[str]:
 
 def stopped(finding: Finding, monitor: Monitor, settings: Settings) -> bool:
     """Did the growth stop by itself after detection? Only when the readings since the supposed stop
-    (the last 2 * verify_windows windows) show no growth of their own over a stretch long enough to
+    (the last 2 * verify_windows window minima) show no growth of their own over a stretch long enough to
     see the old pace: their slope is under a quarter of the rate at detection, and the upper end of its
     interval (what they may still grow, with confidence) is too little to matter, or at most a quarter
     of the pace of the whole run since the growth began. A cache that filled may leave a material creep
     (a pool's rarer size classes, filled late; a heap's fragmentation), far slower than its filling; a
     leak keeps its pace, however noisy its readings and whatever the few windows at detection said."""
     needed = 2 * settings.verify_windows
-    if monitor.windows_since(finding.metric, finding.detected_step) < needed:
-        return False
     series = monitor.series[finding.metric]
-    recent = max(finding.detected_step, series.end_step - needed * settings.window)
+    steps, _ = series.minima(0, finding.detected_step)
+    if len(steps) < needed:  # a metric read rarely (a probe whose cost grew) has a longer stretch to show
+        return False
+    recent = int(steps[-needed]) - 1
     after = monitor.trend_since(finding.metric, recent)
     if after.slope > 0.25 * finding.rate_per_step:
         return False

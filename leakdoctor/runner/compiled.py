@@ -11,7 +11,10 @@ own files (integrations.source.is_user_file) is wrapped.
 
 Of several compiled functions (train_step and eval_step; apply_model and update_model), the step is the
 first one called a second time, so a one-off (a `jax.jit(lambda ...)` made anew, an evaluation before
-training) never becomes it; its first call is counted as a step too, when it is chosen. The session's
+training) never becomes it; its first call is counted as a step too, when it is chosen. Once a compiled
+function has traced an optimizer update (optax, Flax's apply_gradients, MLX's Optimizer.update), only
+such a function can become the step: an evaluation's loss function called over a test set between two
+training steps does not. The session's
 one-kind rule (session.attach) keeps eager framework steps and compiled steps from both counting: the
 first step seen decides.
 """
@@ -70,7 +73,8 @@ class Compiled:
 
     def __init__(self, session: Session, fn: Callable[..., Any], make: Callable[..., Any],
                  tracing: Callable[[], bool]) -> None:
-        self.__dict__.update(__wrapped__=fn, _leakdoctor=(session, make, tracing), _leakdoctor_calls=0)
+        self.__dict__.update(__wrapped__=fn, _leakdoctor=(session, make, tracing), _leakdoctor_calls=0,
+                             _leakdoctor_trains=False)
         for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
             try:
                 self.__dict__[attr] = getattr(fn, attr)
@@ -84,11 +88,15 @@ class Compiled:
             self._leakdoctor_calls += 1
             if self._leakdoctor_calls > 1:
                 doctor = self._doctor()
+        updates = session.updates
         session.depth += 1  # one frame of ours in the script's tracebacks
         try:
             result = self.__wrapped__(*args, **kwargs)
         finally:
             session.depth -= 1
+        if session.updates > updates:  # it traced (or ran) an optimizer update: a training step
+            self.__dict__["_leakdoctor_trains"] = True
+            session.training_compiled = True
         if doctor is not None:
             _step(session, doctor)
         return result
@@ -97,6 +105,8 @@ class Compiled:
         """The doctor to step after this call, when this function's calls are the run's steps (on its
         second call, the first function to get one becomes the step: its first call is stepped now)."""
         session, make, _ = self._leakdoctor
+        if session.training_compiled and not self._leakdoctor_trains:
+            return None  # an evaluation's function, while one that trains is there to be the step
         session.depth += 1  # what making the doctor runs is no step
         try:
             doctor = session.attach("compiled", make)

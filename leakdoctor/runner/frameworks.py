@@ -175,6 +175,7 @@ def patch_mlx(session: Session, optimizers: ModuleType) -> None:
 
     @functools.wraps(original)
     def update(self: Any, model: Any, gradients: Any) -> Any:
+        session.updates += 1
         session.depth += 1  # an update a subclass makes through this one is part of it
         try:
             result = original(self, model, gradients)
@@ -244,6 +245,7 @@ def patch_optax(session: Session, optax: ModuleType) -> None:
 def _counted(session: Session, update: Callable[..., Any], made: list[Any]) -> Callable[..., Any]:
     @functools.wraps(update)
     def counted(*args: Any, **kwargs: Any) -> Any:
+        session.updates += 1
         session.depth += 1
         try:
             result = update(*args, **kwargs)
@@ -275,6 +277,7 @@ def patch_train_state(session: Session, module: ModuleType) -> None:
 
     @functools.wraps(original)
     def apply_gradients(self: Any, *, grads: Any, **kwargs: Any) -> Any:
+        session.updates += 1
         session.depth += 1  # the optax update inside is part of this step
         try:
             state = original(self, grads=grads, **kwargs)

@@ -8,6 +8,7 @@ counts once per iteration. A run in which no step was seen still ends with a sum
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import sys
 from typing import Any, Callable, Mapping
@@ -29,6 +30,8 @@ class Session:
         self.doctor: Any = None
         self.depth = 0  # updates and compiled calls in progress (they nest), and the doctor's own step
         self.found: dict[str, Any] = {}  # what traced updates showed: {"mlx": (model, optimizer)}
+        self.updates = 0  # optimizer updates run or traced so far (a compiled function that traced one trains)
+        self.training_compiled = False  # a compiled function of the script traced an optimizer update
         self._first: Any = None
 
     def attach(self, kind: str, make: Callable[..., Any]) -> Any | None:
@@ -70,30 +73,78 @@ class Session:
                 print("leakdoctor run: this leakdoctor has no on_limit=; --on-limit is ignored", file=sys.stderr)
         return options
 
-    def finish(self, exception: BaseException | None = None, reason: str | None = None) -> Any | None:
+    def forked(self, summary_path: str) -> None:
+        """In a forked child (runner/children.py): no doctor yet, no step seen; the doctor a step of the
+        child attaches is quiet and writes to `summary_path` (the parent reads it, and writes the one summary)."""
+        self.kind, self.doctor, self._first = None, None, None
+        self.found = {}
+        options = {k: v for k, v in self.options.items() if not k.startswith("prometheus_")}
+        options.update(summary_path=summary_path, plot_path=None, verbose=False)
+        self.options = options
+
+    def finish_child(self) -> None:
+        """A forked child ends: finish its doctor, if a step of the child attached one (it writes the
+        child's file); nothing otherwise (no step seen in this child is no summary)."""
+        if self.kind is not None and self.doctor is not None:
+            self.finish()
+
+    def quiet(self) -> bool:
+        """Keep the attached loop doctor from writing, plotting and printing its summary (the runner emits
+        the summary merged with the children's); False where it cannot (Keras, Lightning callbacks)."""
+        from leakdoctor.doctor import LeakDoctor
+
+        if self.kind is None:
+            return True
+        if isinstance(self.doctor, LeakDoctor):
+            self.doctor.settings = dataclasses.replace(self.doctor.settings, summary_path=None, plot_path=None,
+                                                       verbose=False)
+            return True
+        return False
+
+    def emit(self, summary: Any) -> None:
+        """Write, plot and print a summary as the attached doctor would have."""
+        path, plot = self.options.get("summary_path"), self.options.get("plot_path")
+        if path:
+            try:
+                summary.write(path)
+            except OSError as err:
+                print(f"leakdoctor run: could not write {path}: {err}", file=sys.stderr)
+        if plot:
+            try:
+                summary.plot(plot)
+            except Exception as err:  # noqa: BLE001 - a plot is a bonus
+                print(f"leakdoctor run: could not plot to {plot}: {err}", file=sys.stderr)
+        if self.options.get("verbose", True):
+            print(summary.text(), file=sys.stderr)
+
+    def finish(self, exception: BaseException | None = None, reason: str | None = None,
+               emit: bool = True) -> Any | None:
         """Finish the attached doctor (it writes, plots and prints its summary) and give its summary.
         When no step was seen, the summary says so (verdict "unwatched", `reason`, or NO_STEP), and is
         written and printed here; None when a doctor could not be made."""
         doctor = self.doctor
         if self.kind is None:
-            return self.unwatched(reason or NO_STEP)
+            return self.unwatched(reason or NO_STEP, emit)
         if doctor is None:
             return None
         if self.kind == "keras":
             return doctor.finish(exception)
         if self.kind == "lightning":
             if doctor.doctor is None:  # a Trainer that never fitted
-                return self.unwatched(reason or NO_FIT)
+                return self.unwatched(reason or NO_FIT, emit)
             return doctor.doctor.finish(exception)
         return doctor.finish(exception)
 
-    def unwatched(self, reason: str) -> Any:
-        """The summary of a run in which no step was seen: written to summary_path, printed on stderr."""
+    def unwatched(self, reason: str, emit: bool = True) -> Any:
+        """The summary of a run in which no step was seen: written to summary_path, printed on stderr
+        (unless `emit` is False)."""
         from leakdoctor import __version__
         from leakdoctor.summary import Summary
 
         summary = Summary(framework=framework_imported(self.kind), steps=0, series={}, findings=[],
                           version=__version__, unwatched={"reason": reason, "fix": FIX})
+        if not emit:
+            return summary
         path = self.options.get("summary_path")
         if path:
             try:

@@ -3,7 +3,9 @@ under `leakdoctor run`, unedited): `python jax_jitted.py {jit|eqx|nnx} STEPS`.
 
 - jit: `@jax.jit` train_step with the optax update inside, an eval_step jitted too (called before
   training and at the end), and a one-off `jax.jit(lambda x: x + 1)(x)` warm-up line;
-- eqx: an equinox MLP, `@eqx.filter_jit` train step (optax inside);
+- eqx: an equinox MLP, `@eqx.filter_jit` train step (optax inside), evaluated every 50 steps from the
+  first on by a filter_jit loss over the batches (equinox's MNIST example: the loss is called a second
+  time before the train step is);
 - nnx: a flax.nnx MLP, `@nnx.jit` train step (nnx.Optimizer.update inside).
 """
 
@@ -56,8 +58,17 @@ elif kind == "eqx":
         updates, s = tx.update(grads, s, eqx.filter(m, eqx.is_array))
         return eqx.apply_updates(m, updates), s, loss
 
+    @eqx.filter_jit
+    def batch_loss(m, xb, yb):
+        return jnp.mean((jax.vmap(m)(xb) - yb) ** 2)
+
+    def evaluate(m):  # as equinox's MNIST example: a jitted loss over the test batches, not itself jitted
+        return sum(float(batch_loss(m, xb, yb)) for xb, yb in batches) / len(batches)
+
     for i in range(steps):
         model, opt_state, loss = train_step(model, opt_state, *batches[i % len(batches)])
+        if i % 50 == 0:  # from the first step on: the evaluation's loss is called 8 times before step 2
+            evaluate(model)
 
 elif kind == "nnx":
     from flax import nnx
