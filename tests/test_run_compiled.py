@@ -19,6 +19,11 @@ COUNT = ("-o", "overhead=1.0")
 FAST = ("-o", "overhead=1.0", "-o", "memory_limit=4GiB")
 
 
+def line_of(script: str, marker: str) -> int:
+    lines = (SCRIPTS / script).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if f"# {marker}" in line)
+
+
 def leak_run(tmp_path, script: str, *args: str, options=COUNT) -> tuple[dict, object]:
     """Run a script under `leakdoctor run --summary`; the summary and the completed process."""
     path = tmp_path / "leaks.json"
@@ -34,6 +39,17 @@ def test_an_mlx_step_compiled_like_mnist_counts_each_call_not_the_traces(tmp_pat
     assert summary["framework"] == "mlx" and summary["steps"] == 300  # not 2 (the traces of optimizer.update)
     assert summary["verdict"] == "clean", summary["findings"]
     assert summary["errors"] == []
+
+
+def test_an_mlx_compiled_step_never_evaluated_is_a_lazy_graph_at_the_call_of_the_step(tmp_path):
+    """The update is inside the compiled step, where mx.eval is not allowed: the place to evaluate the
+    state is after the call of the step, which the finding names (not the update inside it)."""
+    pytest.importorskip("mlx.core")
+    summary, result = leak_run(tmp_path, "mlx_compiled.py", "300", "no-eval", options=FAST)
+    assert result.returncode == 0 and result.stdout == "trained 300 steps\n", result.stderr
+    (found,) = [f for f in summary["findings"] if f["cause"] == "lazy_graph"]
+    assert found["location"].endswith(f"mlx_compiled.py:{line_of('mlx_compiled.py', 'STEP-CALL')}"), found
+    assert (found["state"], found["severity"]) == ("leak", "major") and summary["verdict"] == "leak"
 
 
 def test_an_mlx_compiled_step_whose_outputs_are_kept_is_a_leak(tmp_path):

@@ -73,6 +73,21 @@ def _key(name: str) -> str:
     return name.split("[", 1)[0].split(".")[-1]
 
 
+def _calls_of(name: str) -> Callable[[ast.AST], bool]:
+    """A call of the function `name` (`step(X, y)`)."""
+    return lambda node: isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
+
+
+def _nested_function(code: Any, line: int) -> Any | None:
+    """The code of the function defined inside `code` whose body holds `line`, if any."""
+    for const in code.co_consts:
+        if hasattr(const, "co_lines"):
+            lines = [n for _, _, n in const.co_lines() if n is not None]
+            if lines and const.co_firstlineno <= line <= max(lines):
+                return const
+    return None
+
+
 def _updates(names: set[str]) -> Callable[[ast.AST], bool]:
     """A call `<name>.update(...)` or `self.<name>.update(...)` for one of the optimizers' names."""
     def wanted(node: ast.AST) -> bool:
@@ -156,6 +171,7 @@ class Chain:
     state: bool
     edges: int | None = None
     holders: tuple = field(default=(), compare=False, repr=False)
+    step: str | None = None  # the function of the loop whose call updates the state (at `location`)
 
 
 def state_trees(holders: tuple) -> list[Any]:
@@ -218,7 +234,11 @@ class LazyChains:
                 return []
             optimizers = tuple(h for h in holders if not callable(getattr(h, "parameters", None)))
             line = source_line(frame.f_code, _updates(_names_of(names, optimizers)))
-            return [Chain(STATE, frame_location(frame, line), True, holders=holders)]
+            step = _nested_function(frame.f_code, line) if line is not None else None
+            if step is not None:  # the update is in a step function the loop calls (mlx-examples: mx.compile'd)
+                line = source_line(frame.f_code, _calls_of(step.co_name)) or line
+            return [Chain(STATE, frame_location(frame, line), True, holders=holders,
+                          step=step.co_name if step is not None else None)]
         current = dict(self._arrays(names))
         chains = []
         for name, before in variables.items():
@@ -497,8 +517,11 @@ def lazy_graph(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
                      + f"; {STATE} were still not evaluated {ev.steps} steps later: every optimizer.update "
                      f"chains onto a graph that is never computed, so the whole history stays in memory (and is "
                      f"computed at once, in a spike, when something finally evaluates it)",
-            recommendation=f"evaluate the state after each update: mx.eval({STATE}) right after optimizer.update "
-                           f"(at {chain.location}); remedy force_eval does this when remedies='safe'",
+            recommendation=(f"evaluate the state after each call of {chain.step}(): mx.eval({STATE}) right after "
+                            f"it (at {chain.location}), outside the function (no mx.eval inside an mx.compile'd one)"
+                            if chain.step else f"evaluate the state after each update: mx.eval({STATE}) right after "
+                            f"optimizer.update (at {chain.location})") + "; remedy force_eval does this when "
+                                                                        "remedies='safe'",
         )]
     names = ", ".join(f"`{c.name}`" for c in chains)
     expr, key = chain.name.split("[", 1)[0], _key(chain.name)

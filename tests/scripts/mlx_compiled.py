@@ -1,8 +1,9 @@
 """An MLX loop shaped like mlx-examples' mnist/main.py: the step compiled with
 `@partial(mx.compile, inputs=state, outputs=state)` (optimizer.update inside it), `mx.eval(state)` after
 each call, an eval_fn compiled too and called once per epoch; synthetic data (run by
-tests/test_run_compiled.py under `leakdoctor run`, unedited). `python mlx_compiled.py STEPS [keep]`:
-with `keep`, every step's outputs are kept in a list (arrays that hold their graph: a real growth)."""
+tests/test_run_compiled.py under `leakdoctor run`, unedited). `python mlx_compiled.py STEPS [keep|no-eval]`:
+with `keep`, every step's outputs are kept in a list (arrays that hold their graph: a real growth); with
+`no-eval`, the state is never evaluated after a step (the lazy graph chains across steps)."""
 
 import sys
 from functools import partial
@@ -35,7 +36,7 @@ def batch_iterate(batch_size, X, y):
         yield X[ids], y[ids]
 
 
-def main(steps, keep):
+def main(steps, mode):
     mx.random.seed(0)
     batch_size, batches = 32, 50
     train_images = mx.random.normal((batch_size * batches, 64))
@@ -60,9 +61,10 @@ def main(steps, keep):
     history, taken = [], 0
     while taken < steps:
         for X, y in batch_iterate(batch_size, train_images, train_labels):
-            step(X, y)
-            mx.eval(state)
-            if keep:
+            step(X, y)  # STEP-CALL
+            if mode != "no-eval":
+                mx.eval(state)
+            if mode == "keep":
                 history.append(model(X))  # KEPT: every step's outputs, never evaluated
             taken += 1
             if taken == steps:
@@ -73,4 +75,4 @@ def main(steps, keep):
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 300, sys.argv[2:] == ["keep"])
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 300, sys.argv[2] if len(sys.argv) > 2 else "")
