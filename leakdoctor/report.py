@@ -127,7 +127,8 @@ def skipped_notes(monitor: Monitor) -> list[str]:
 
 def stopped(finding: Finding, monitor: Monitor, settings: Settings) -> bool:
     """Did the growth stop by itself after detection? Only when the readings since the supposed stop
-    (the last 2 * verify_windows window minima) show no growth of their own over a stretch long enough to
+    (the last 2 * verify_windows window minima, and at least the last third of the run since the growth
+    began) show no growth of their own over a stretch long enough to
     see the old pace: their slope is under a quarter of the rate at detection, and the upper end of its
     interval (what they may still grow, with confidence) is too little to matter, or at most a quarter
     of the pace of the whole run since the growth began. A cache that filled may leave a material creep
@@ -138,15 +139,38 @@ def stopped(finding: Finding, monitor: Monitor, settings: Settings) -> bool:
     steps, _ = series.minima(0, finding.detected_step)
     if len(steps) < needed:  # a metric read rarely (a probe whose cost grew) has a longer stretch to show
         return False
-    recent = int(steps[-needed]) - 1
+    # and at least the last third of the run since the growth began: resident memory grows in stairs as
+    # the heap reuses what it freed, and a stair can outlast a few windows
+    third = series.end_step - (series.end_step - finding.first_step) // 3
+    recent = min(int(steps[-needed]), max(third, finding.detected_step + 1)) - 1
     after = monitor.trend_since(finding.metric, recent)
     if after.slope > 0.25 * finding.rate_per_step:
         return False
     still = max(after.slope, after.slope_high)
-    if not is_material(series.spec.unit, still, series.end or 0.0, settings.horizon, series.spec.limit):
-        return True  # a few pages of creep, however steady, is no leak
     whole = whole_fit(series, settings, since=finding.first_step - 1)
-    return whole is not None and still <= 0.25 * whole[0]
+    if is_material(series.spec.unit, still, series.end or 0.0, settings.horizon, series.spec.limit) and \
+            (whole is None or still > 0.25 * whole[0]):
+        return False  # what still grows matters, at more than a quarter of the run's pace
+    found = whole_fit(series, settings, since=finding.first_step - 1, until=finding.detected_step)
+    pace = max(found[0] if found else 0.0, finding.rate_per_step)
+    return not _pausing(series, finding.first_step, pace, settings.window)
+
+
+def _pausing(series: Any, since: int, pace: float, window: int) -> bool:
+    """Is the quiet end no longer than the pauses the growth took before? Resident memory grows in
+    stairs (the heap reuses what it freed, then maps more), and a leak whose stairs are a few hundred
+    steps apart is still one. A rise is a reading two windows' growth (at its pace when found) above the last
+    rise; the growth paused as long as the longest gap between rises, and it stopped only when the
+    readings since its last rise are quiet for more than twice that."""
+    steps, values = series.history(since=since)
+    if len(values) < 2 or pace <= 0:
+        return False
+    rise, top, last, gaps = 2 * window * pace, values[0], int(steps[0]), []
+    for step, value in zip(steps[1:].tolist(), values[1:].tolist()):
+        if value >= top + rise:
+            gaps.append(step - last)
+            top, last = value, step
+    return int(steps[-1]) - last <= 2 * max(gaps, default=0)
 
 
 def stopped_note(finding: Finding, findings: list[Finding]) -> str:

@@ -266,6 +266,21 @@ def test_a_leak_that_pauses_and_grows_on_is_not_withdrawn():
     assert final.detected_rate == 1.2 * mib  # the live line's rate, kept beside the refit
 
 
+def test_a_leak_that_resident_memory_shows_in_stairs_is_not_withdrawn_on_a_stair():
+    """Tensors kept every step that the heap first serves from memory it freed: resident memory rises
+    24 MiB every 250 steps (about 100 KiB a step) and the run ends 130 steps into a stair, with the last
+    third of the run holding one rise. The quiet end is no longer than the pauses the growth took before,
+    so the finding stays."""
+    from leakdoctor.report import final_findings
+
+    mib = 2.0**20
+    monitor, settings = _fed_monitor(lambda step: 300 * mib + 24 * mib * ((step + 180) // 250) + (step % 7) * 4096, 1200)
+    finding = Finding("native_memory", "rss_bytes", first_step=21, detected_step=100, rate_per_step=100 * 1024,
+                      unit="bytes", location=None, evidence="rss grew", recommendation="look")
+    [final] = final_findings([finding], monitor, settings)
+    assert final.state == "leak", final.reason
+
+
 def test_a_proven_cause_too_slow_to_matter_is_kept_as_minor_and_an_unproven_one_withdrawn():
     """Tensors that keep their graph (`total_loss += loss`) grow resident memory by a hundred bytes a
     step: too little to matter over the horizon, but proven: a minor finding at its place. The same
