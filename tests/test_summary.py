@@ -268,13 +268,12 @@ def test_a_leak_that_pauses_and_grows_on_is_not_withdrawn():
 
 def test_a_leak_that_resident_memory_shows_in_stairs_is_not_withdrawn_on_a_stair():
     """Tensors kept every step that the heap first serves from memory it freed: resident memory rises
-    24 MiB every 250 steps (about 100 KiB a step) and the run ends 130 steps into a stair, with the last
-    third of the run holding one rise. The quiet end is no longer than the pauses the growth took before,
-    so the finding stays."""
+    24 MiB every 400 steps (60 KiB a step) and the run ends 450 steps into a stair: the last third of the
+    run is quiet, but no longer than twice the pauses the growth took before, so the finding stays."""
     from leakdoctor.report import final_findings
 
     mib = 2.0**20
-    monitor, settings = _fed_monitor(lambda step: 300 * mib + 24 * mib * ((step + 180) // 250) + (step % 7) * 4096, 1200)
+    monitor, settings = _fed_monitor(lambda step: 300 * mib + 24 * mib * ((step + 330) // 400) + (step % 7) * 4096, 1320)
     finding = Finding("native_memory", "rss_bytes", first_step=21, detected_step=100, rate_per_step=100 * 1024,
                       unit="bytes", location=None, evidence="rss grew", recommendation="look")
     [final] = final_findings([finding], monitor, settings)
