@@ -178,11 +178,16 @@ class Evidence:
         return trend.slope if trend else self.growth(metric) / self.steps
 
     def describe(self, metric: str) -> str:
-        """'rss_bytes grew 1.2 MiB in 10 steps (120.0 KiB/step)'."""
+        """'rss_bytes grew 1.2 MiB in 10 steps (120.0 KiB/step)': the growth the window saw and its own
+        pace, which the trend's rate (the finding's) may differ from, said so where it does by twice."""
         unit = self.specs[metric].unit if metric in self.specs else "count"
         steps = self.steps if metric not in self.suspects or self.survives(metric) else self.last_span
-        return (f"{metric} grew {format_value(self.growth(metric), unit)} in {steps} steps "
-                f"({format_value(self.rate(metric), unit)}/step)")
+        growth, trend = self.growth(metric), self.rate(metric)
+        text = f"{metric} grew {format_value(growth, unit)} in {steps} steps ({format_value(growth / steps, unit)}/step"
+        pace = growth / steps
+        if trend and pace and not 0.5 <= trend / pace <= 2:
+            text += f"; {format_value(trend, unit)}/step over the windows that raised the suspicion"
+        return text + ")"
 
     def note(self, metric: str, text: str) -> None:
         """Say something about a metric in the summary's notes, without a finding."""
