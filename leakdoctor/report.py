@@ -187,13 +187,14 @@ def stopped_note(finding: Finding, findings: list[Finding]) -> str:
 
 
 def unwatched(settings: Settings, steps: int) -> dict[str, Any] | None:
-    """Why the run cannot be called clean, and what to do, when it had too few steps after warm-up for
-    the detector's shortest test (SCALES[0] windows); None when it was watched long enough."""
-    needed = settings.warmup + SCALES[0] * settings.window
+    """Why the run cannot be called clean, and what to do, when it had too few steps after warm-up for a
+    fast leak to be found (latency_steps at a sample every step: the detector's shortest test and an
+    investigation); None when it was watched long enough."""
+    needed = settings.warmup + latency_steps(settings, 1)
     if steps >= needed:
         return None
     return {"reason": f"{steps} step(s) seen; a verdict needs {needed}: the warm-up of {settings.warmup} steps "
-                      f"and {SCALES[0]} windows of {settings.window} steps",
+                      f"and {needed - settings.warmup} to find a leak that starts then",
             "fix": "train for more steps, or lower warmup= and window=; if the script trains for longer than "
                    "this, its step was not recognised: name it with `leakdoctor run --step-on module:function`"}
 

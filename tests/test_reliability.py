@@ -535,7 +535,7 @@ from leakdoctor import LeakDoctor
 
 def train(path):
     doctor = LeakDoctor(summary_path=path)   # never finished, and unreachable once train returns
-    for _ in range(60):
+    for _ in range(80):
         doctor.step()
 
 train(sys.argv[1])
@@ -550,8 +550,8 @@ def test_a_doctor_built_in_a_function_that_returned_writes_its_summary_at_exit(t
     path = tmp_path / "leaks.json"
     run = subprocess.run([sys.executable, "-c", AT_EXIT, str(path)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    assert json.loads(path.read_text())["steps"] == 60
-    assert "leakdoctor: python, 60 steps, verdict CLEAN" in run.stderr  # and it says so
+    assert json.loads(path.read_text())["steps"] == 80
+    assert "leakdoctor: python, 80 steps, verdict CLEAN" in run.stderr  # and it says so
 
 
 def test_a_relative_summary_path_survives_a_chdir(tmp_path, monkeypatch):

@@ -25,7 +25,7 @@ def complete(path) -> dict:
     """The summary at `path`, checked to be a whole summary of a run that SIGTERM ended."""
     summary = json.loads(path.read_text())
     assert summary["schema"] == "leakdoctor.summary/1" and summary["verdict"] == "clean"
-    assert summary["steps"] >= 60 and summary["series"]["rss_bytes"]["end"] > 0
+    assert summary["steps"] >= 80 and summary["series"]["rss_bytes"]["end"] > 0
     assert any(note.startswith("the run ended with SIGTERM at step") for note in summary["notes"]), summary["notes"]
     return summary
 

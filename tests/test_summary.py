@@ -108,7 +108,7 @@ def test_minor_benign_and_withdrawn_findings_leave_the_verdict_clean():
 def test_a_short_run_is_unwatched_and_a_long_clean_one_clean():
     from leakdoctor import LeakDoctor
 
-    for steps, verdict in ((30, "unwatched"), (120, "clean")):
+    for steps, verdict in ((30, "unwatched"), (69, "unwatched"), (120, "clean")):
         with LeakDoctor(verbose=False, overhead=1.0) as doctor:
             for _ in range(steps):
                 doctor.step()

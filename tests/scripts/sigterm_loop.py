@@ -50,7 +50,7 @@ while not stop and time.monotonic() < deadline:
     step()
     doctor.step()
     steps += 1
-    if steps == 60:  # past warm-up and the 6 windows a verdict needs: the run is watched
+    if steps == 80:  # past warm-up and the 50 steps a leak needs to be found: the run is watched
         print("ready", flush=True)
 print(f"loop ended after {steps} steps", flush=True)
 doctor.finish()
