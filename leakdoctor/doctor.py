@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import os
 import sys
 import threading
 import time
+import weakref
 from functools import partial
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
@@ -95,8 +97,11 @@ class LeakDoctor:
                             cleanups=[c for part in parts for c in part.cleanups],
                             rules=[r for part in parts for r in part.rules] + GENERIC_RULES,
                             targets=self.targets, read=self._probes.read_all)
-        self._clinic = Clinic(self.settings, self._monitor, practice, self._guard, self._say)
-        self._limit_watch = stopping.LimitWatch(self.settings, self._guard, self._limit_of, self._say)
+        # The parts call back into the doctor through its state, never through the doctor itself (see
+        # _register_ending): a part that held the doctor would keep a dropped doctor from being collected.
+        say, limit_of = _Late(type(self), self.__dict__, "_say"), _Late(type(self), self.__dict__, "_limit_of")
+        self._clinic = Clinic(self.settings, self._monitor, practice, self._guard, say)
+        self._limit_watch = stopping.LimitWatch(self.settings, self._guard, limit_of, say)
         self._snapshot = oom.Snapshot(self.settings.oom_snapshot)
         self._sampler = Sampler(self.settings, self._probes, self._monitor)
         self._step = 0
@@ -109,16 +114,34 @@ class LeakDoctor:
         self._lock = threading.RLock()
         # The exporter last but for the registrations: a bad port raises here, with nothing registered.
         self._publisher = exporter.publisher_for(self.settings, self.framework, self._guard)
-        # At exit, a run nobody finished writes its summary. atexit holds the doctor itself, so a doctor
-        # built in a function that returned is still there to write it; finish() lets go.
-        self._atexit = partial(_finish_at_exit, self)
+        self._register_ending()
+
+    def _register_ending(self) -> None:
+        """A run nobody finished still writes its summary: at interpreter exit, on SIGTERM, at the end of a
+        multiprocessing child (a DataLoader or Pool worker ends by os._exit, after multiprocessing's
+        finalizers but without atexit), and when the doctor is dropped and garbage-collected (a doctor
+        built in a function that returned). What is registered holds the doctor's state (its __dict__,
+        which holds nothing that leads back to the doctor), never the doctor: a dropped doctor is
+        collected, finishes then from its state (_finish_unattended), and gives back its descriptor and
+        memory; finish() unregisters it all. A copy inherited through a fork is the parent's to finish:
+        the child's exit, signal or collection leaves it alone (its process id is not the child's)."""
+        cls, state = type(self), self.__dict__
+        self._pid = os.getpid()
+        self._termination_key = id(self)
+        self._unattended: str | None = None
+        self._ending = weakref.finalize(self, _finish_unattended, cls, state, "collected")
+        self._ending.atexit = False  # at exit, the atexit entry below finishes it, in its place among the handlers
+        self._atexit = partial(_finish_unattended, cls, state, "exit")
         atexit.register(self._atexit)
-        termination.register(self)  # finished on SIGTERM; kept reachable until finish()
+        self._child_exit = _child_finalizer(self._atexit)
+        termination.register(self, partial(_finish_unattended, cls, state, "SIGTERM"), weak=True)
 
     # --- what users call -------------------------------------------------------------------------
 
-    def watch(self, name: str, gauge: Callable[[], float], unit: str = "count") -> None:
-        """Track a user gauge every step, e.g. `doctor.watch("nodes", lambda: len(graph.nodes))`."""
+    def watch(self, name: str, gauge: Callable[[], float], unit: str = "count", timeout: float = 1.0) -> None:
+        """Track a user gauge every step, e.g. `doctor.watch("nodes", lambda: len(graph.nodes))`. A gauge is
+        paced by its measured cost, like a probe; one whose call takes more than `timeout` seconds (or
+        hangs) is switched off with a warning, and the loop goes on (leakdoctor/gauges.py)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"watch: name {name!r} must be a non-empty string")
         if self._probes.known(name) or self._watchlist.has(name):
@@ -128,8 +151,10 @@ class LeakDoctor:
             raise ValueError(f"watch({name!r}): gauge must be a callable returning a number, got {gauge!r}")
         if unit not in UNITS:
             raise ValueError(f"watch({name!r}): unit {unit!r}, expected one of {UNITS}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+            raise ValueError(f"watch({name!r}): timeout={timeout!r}, expected seconds > 0, e.g. 1.0")
         with self._lock:
-            self._watchlist.add_gauge(name, gauge, unit)
+            self._watchlist.add_gauge(name, gauge, unit, float(timeout))
 
     def watch_object(self, obj: Any, name: str | None = None, include_private: bool = False) -> None:
         """Count the items of `obj`'s list/dict/set/tuple/deque attributes (or of `obj` itself if it is
@@ -195,14 +220,21 @@ class LeakDoctor:
 
     def finish(self, exception: BaseException | None = None) -> Summary:
         """End the run: conclude what is pending, build the summary, write, plot and print it. Safe to
-        call more than once (from any thread); later calls return the same summary."""
-        with self._lock:
+        call more than once (from any thread); later calls return the same summary. A SIGTERM that
+        comes meanwhile takes effect once the summary is written (termination.finishing)."""
+        with self._lock, termination.finishing():
             return self._end(exception)
 
     def _end(self, exception: BaseException | None) -> Summary:
         if self._result is not None:
             return self._result
         atexit.unregister(self._atexit)
+        self._ending.detach()
+        if self._child_exit is not None:
+            self._child_exit.cancel()
+        if self._unattended == "collected":
+            self._clinic.notes.append(f"finish() was never called: the doctor was finished when it was "
+                                      f"garbage-collected, at step {self._step}")
         if exception is not None:
             self._clinic.notes.append(f"the run ended with {type(exception).__name__} at step {self._step}")
         self._sampler.account_user_time(self._step, time.perf_counter())
@@ -343,6 +375,52 @@ class LeakDoctor:
             print(f"leakdoctor: {message}", file=sys.stderr)
 
 
-def _finish_at_exit(doctor: LeakDoctor) -> None:
-    """Write the summary at interpreter exit if the run never called finish()."""
-    doctor.finish(oom.uncaught())
+class _Late:
+    """A method of the doctor called through the doctor's state: on a stand-in sharing its __dict__, so
+    that the parts that call back (the clinic's messages, the limit watch) do not hold the doctor."""
+
+    __slots__ = ("cls", "state", "name")
+
+    def __init__(self, cls: type, state: dict[str, Any], name: str) -> None:
+        self.cls, self.state, self.name = cls, state, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return getattr(_stand_in(self.cls, self.state), self.name)(*args, **kwargs)
+
+
+def _stand_in(cls: type, state: dict[str, Any]) -> Any:
+    """A doctor of class `cls` whose attributes are `state` (another doctor's __dict__, shared)."""
+    doctor = cls.__new__(cls)
+    doctor.__dict__ = state
+    return doctor
+
+
+def _finish_unattended(cls: type, state: dict[str, Any], how: str, exception: BaseException | None = None) -> None:
+    """Finish, from its state, a doctor the run never finished: `how` is "exit" (interpreter exit, or the
+    end of a multiprocessing child), "collected" (dropped and garbage-collected) or "SIGTERM" (the
+    handler's `exception`). Nothing is done for a copy inherited through a fork, nor for a finished one.
+    A subclass sees `_unattended` set: it must not wait on other processes then (torch: no collective)."""
+    if state.get("_pid") != os.getpid() or state.get("_result") is not None:
+        return
+    doctor = _stand_in(cls, state)
+    doctor._unattended = how
+    if exception is None and how == "exit":
+        exception = oom.uncaught()
+    try:
+        doctor.finish(exception)
+    except Exception as err:  # noqa: BLE001 - never raise from atexit, a signal handler or a collection
+        print(f"leakdoctor: could not finish the doctor ({how}): {type(err).__name__}: {err}", file=sys.stderr)
+    finally:
+        termination.unregister(doctor)
+
+
+def _child_finalizer(finish: Callable[[], Any]) -> Any:
+    """In a multiprocessing child, a finalizer that multiprocessing runs as the child ends (its process
+    ends by os._exit, without atexit); None elsewhere."""
+    import multiprocessing
+
+    if multiprocessing.parent_process() is None:
+        return None
+    from multiprocessing import util
+
+    return util.Finalize(None, finish, exitpriority=10)

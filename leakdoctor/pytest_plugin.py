@@ -8,9 +8,23 @@
     def test_step():               # the body is the step: it runs 300 times under the doctor
         train_step(MODEL)
 
-Either fails with the leak summary when the step leaks: memory grows steadily by more than
-`max_bytes_per_step` (default 4 KiB) a step, or another leak (hooks, compiles, a growing container) is
-found. The threshold is in bytes per step, so the verdict is the same on a laptop and on a big runner: the
+Either fails with the leak summary when the step leaks: what the step keeps alive grows steadily by more
+than `max_bytes_per_step` (default 4 KiB) a step, or another leak (hooks, compiles, a growing container)
+is found.
+
+What the step keeps is measured, not what the process maps: resident memory cannot see a step that
+fills heap an earlier test freed (the same leak passed or failed by test order). After every step the
+check reads the bytes allocated and still alive: tracemalloc's traced memory (tracing is on for the
+check, with 16 frames, and put back as it was after), malloc's bytes in use (glibc's mallinfo2), and the
+allocator counters of a framework the test uses (torch CUDA/MPS allocated, MLX active memory, JAX live
+arrays); what the doctor's own step() added is taken out. A measure fails the check when it rose, by at
+least half the allowed rate, in each of the last three (or more) of six stretches after the warm-up, its
+Theil–Sen slope over them exceeds `max_bytes_per_step`, and a gc.collect() at the end keeps the growth
+(a one-off allocation, a cache that fills and stays, garbage not yet collected: no failure). The failure
+names the line that allocates what is kept (a tracemalloc diff over a few more steps). The doctor still
+watches the run (resident memory is the second opinion) and its own findings fail the check too.
+
+The threshold is in bytes per step, so the verdict is the same on a laptop and on a big runner: the
 doctor's own materiality (a tenth of the headroom to the memory limit over `horizon` steps) depends on
 the machine's memory, so the check sets a horizon over which any significant growth is material and
 lets the threshold decide. The check samples every step (overhead=1.0): in a test, detection speed
@@ -19,12 +33,16 @@ matters and overhead does not. Other LeakDoctor arguments (warmup, window, remed
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import math
+import sys
+import tracemalloc
 from typing import Any, Callable
 
 import pytest
 
-from leakdoctor.summary import Summary, format_value
+from leakdoctor.summary import Finding, Summary, format_value
 
 DEFAULT_STEPS = 300
 #: A step may keep this many bytes on average (1.2 MB over 300 steps); a steady growth above it fails.
@@ -32,13 +50,22 @@ DEFAULT_MAX_BYTES_PER_STEP = 4096
 #: The check's horizon: any significant growth is material over it (under a byte per step against a
 #: tenth of a TiB), whatever the machine's memory, and `max_bytes_per_step` decides.
 HORIZON = 2**40
+#: Frames tracemalloc keeps per allocation while the check traces (the failure names the user's line).
+FRAMES = 16
+#: Stretches of the steps after the warm-up; the growth must go on through the last RUN of them.
+STRETCHES = 6
+RUN = 3
+#: Below this many bytes a step, a measure's growth is noise (interned names, caches of the interpreter).
+NOISE_BYTES_PER_STEP = 16
+#: Extra steps run after a failure, between two tracemalloc snapshots, to name the line that keeps memory.
+LOCATE_STEPS = 30
 
 
 def check_for_leaks(step: Callable[[], object], steps: int = DEFAULT_STEPS,
                     max_bytes_per_step: float = DEFAULT_MAX_BYTES_PER_STEP, fail_on: str = "major",
                     **doctor_args: Any) -> Summary:
-    """Run `step` `steps` times under a LeakDoctor; fail the current test if it leaks: memory that grows
-    by more than `max_bytes_per_step` a step, or another leak the doctor finds (not remedied).
+    """Run `step` `steps` times under a LeakDoctor; fail the current test if it leaks: what the step keeps
+    alive grows by more than `max_bytes_per_step` a step, or the doctor finds a leak (not remedied).
     `fail_on="minor"` also fails on a proven cause too slow to matter (a minor finding)."""
     from leakdoctor import LeakDoctor
 
@@ -52,13 +79,29 @@ def check_for_leaks(step: Callable[[], object], steps: int = DEFAULT_STEPS,
         raise ValueError(f"leak check: max_bytes_per_step={max_bytes_per_step!r}, expected bytes >= 0, "
                          f"e.g. {DEFAULT_MAX_BYTES_PER_STEP}")
     doctor_args = {"verbose": False, "overhead": 1.0, "horizon": HORIZON, **doctor_args}
-    with LeakDoctor(**doctor_args) as doctor:
-        for _ in range(steps):
-            step()
-            doctor.step()
-    summary = doctor.summary
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start(FRAMES)
+    try:
+        kept = Kept()
+        with LeakDoctor(**doctor_args) as doctor:
+            for _ in range(steps):
+                step()
+                kept.after_step()
+                doctor.step()
+                kept.after_doctor()
+        summary = doctor.summary
+        found = kept.findings(doctor.settings.warmup, max_bytes_per_step, step)
+    finally:
+        if started:
+            tracemalloc.stop()
     leaks = [f for f in summary.leaks if not (f.remedy and f.remedy.effective)
              and (f.unit != "bytes" or (f.rate_per_step or 0.0) > max_bytes_per_step)]
+    if found:
+        summary = dataclasses.replace(summary, findings=[*summary.findings, *found])
+        leaks += found
+        if doctor.settings.summary_path is not None:  # the doctor wrote its own; this one holds what was kept
+            summary.write(doctor.settings.summary_path)
     if fail_on == "minor":
         leaks += [f for f in summary.minor if f.final_state == "minor"]
     if leaks:
@@ -66,6 +109,174 @@ def check_for_leaks(step: Callable[[], object], steps: int = DEFAULT_STEPS,
         pytest.fail(f"the step leaks memory: {rates}; max_bytes_per_step={max_bytes_per_step:g}\n{summary.text()}",
                     pytrace=False)
     return summary
+
+
+class Kept:
+    """What the step keeps alive, read after each step by every measure there is (see the module's
+    docstring), less what the doctor's own step() added (its records of the run): each measure's rise
+    across doctor.step() is booked to the doctor, its falls (a remedy, a collection of the step's garbage)
+    are the step's."""
+
+    def __init__(self) -> None:
+        self.measures = dict(_measures())
+        self.series: dict[str, list[float]] = {name: [] for name in self.measures}
+        self._own = dict.fromkeys(self.measures, 0.0)
+        self._mark: dict[str, float] = {}
+
+    def _read(self) -> dict[str, float]:
+        values = {}
+        for name, read in list(self.measures.items()):
+            try:
+                values[name] = float(read())
+            except Exception:  # noqa: BLE001 - a measure that fails is left out; the others decide
+                del self.measures[name]
+        return values
+
+    def after_step(self) -> None:
+        self._mark = self._read()
+        for name, value in self._mark.items():
+            self.series[name].append(value - self._own[name])
+
+    def after_doctor(self) -> None:
+        for name, value in self._read().items():
+            if name in self._mark:
+                self._own[name] += max(0.0, value - self._mark[name])
+
+    def findings(self, warmup: int, max_bytes_per_step: float, step: Callable[[], object]) -> list[Finding]:
+        """A finding for each measure that grew steadily, faster than allowed, and kept its growth through
+        a gc.collect(); the first (tracemalloc's) placed at the line that allocates what is kept."""
+        gc.collect()
+        now = self._read()
+        found = []
+        for name, values in self.series.items():
+            values = values[warmup:]
+            growth = steady_growth(values, max_bytes_per_step)
+            if growth is None or name not in now:
+                continue
+            rate, start = growth
+            collected = now[name] - self._own[name]
+            if collected - min(values[start:start + max(1, (len(values) - start) // RUN)]) \
+                    < 0.5 * rate * (len(values) - start):
+                continue  # garbage that the collector had not freed yet, not kept
+            found.append((name, rate, len(values) - start))
+        host = [f for f in found if f[0] in HOST]
+        if len(host) > 1:  # the same memory, seen by tracemalloc and by malloc: the faster one says it
+            found = [max(host, key=lambda f: f[1])] + [f for f in found if f[0] not in HOST]
+        if not found:
+            return []
+        location = locate(step) if tracemalloc.is_tracing() else None
+        steps = len(next(iter(self.series.values()), []))
+        return [Finding(
+            cause=CAUSE_OF.get(name, "native_memory"), metric=name, first_step=steps - span + 1, detected_step=steps,
+            rate_per_step=rate, unit="bytes", location=location, severity="major", state="leak",
+            evidence=f"{name}, the bytes allocated and still alive after each step ({MEANING[name]}), grew by "
+                     f"{format_value(rate, 'bytes')}/step through the last {span} steps, and a gc.collect() kept "
+                     f"the growth" + (f"; what grew was allocated at {location}" if location else ""),
+            recommendation="the step keeps what it allocates: find who holds it (a list, a dict, a closure, a "
+                           "global, a cache without a bound) and drop or bound it",
+        ) for name, rate, span in found]
+
+
+#: The measures of the process's own memory (the others are a device's).
+HOST = ("traced_bytes", "malloc_bytes")
+#: What each measure reads, and the cause its growth points to.
+MEANING = {"traced_bytes": "tracemalloc's traced memory",
+           "malloc_bytes": "malloc's bytes in use, tracemalloc's own left out",
+           "cuda_allocated_bytes": "torch.cuda.memory_allocated()",
+           "mps_allocated_bytes": "torch.mps.current_allocated_memory()",
+           "mlx_active_bytes": "mx.get_active_memory()",
+           "jax_live_bytes": "the bytes of jax.live_arrays()"}
+CAUSE_OF = {"traced_bytes": "python_objects", "malloc_bytes": "native_memory", "cuda_allocated_bytes": "device_arrays",
+            "mps_allocated_bytes": "device_arrays", "mlx_active_bytes": "device_arrays",
+            "jax_live_bytes": "device_arrays"}
+
+
+def _measures() -> list[tuple[str, Callable[[], float]]]:
+    """(name, read) of every measure of bytes kept alive that this process has, each read once to try it."""
+    from leakdoctor.integrations.process import malloc_in_use
+
+    found: list[tuple[str, Callable[[], float]]] = [("traced_bytes", lambda: tracemalloc.get_traced_memory()[0])]
+    in_use = malloc_in_use()
+    if in_use is not None:
+        found.append(("malloc_bytes", lambda: in_use() - tracemalloc.get_tracemalloc_memory()))
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            found.append(("cuda_allocated_bytes", torch.cuda.memory_allocated))
+        mps = getattr(torch, "mps", None)
+        if mps is not None and torch.backends.mps.is_available():
+            found.append(("mps_allocated_bytes", mps.current_allocated_memory))
+    mx = sys.modules.get("mlx.core")
+    if mx is not None:
+        metal = getattr(mx, "metal", None)
+        active = getattr(mx, "get_active_memory", None) or getattr(metal, "get_active_memory", None)
+        if active is not None:
+            found.append(("mlx_active_bytes", active))
+    jax = sys.modules.get("jax")
+    if jax is not None and hasattr(jax, "live_arrays"):
+        found.append(("jax_live_bytes", lambda: sum(a.nbytes for a in jax.live_arrays())))
+    working = []
+    for name, read in found:
+        try:
+            float(read())
+        except Exception:  # noqa: BLE001 - a measure this process cannot read is none
+            continue
+        working.append((name, read))
+    return working
+
+
+def steady_growth(values: list[float], max_bytes_per_step: float) -> tuple[float, int] | None:
+    """(rate in bytes per step, index where the growth begins) when `values` (one a step) grow steadily to
+    the end faster than `max_bytes_per_step`; else None. The values are cut into STRETCHES stretches; the
+    minimum of each (a step's leftovers before a collection lift the others) must rise by half the allowed
+    growth of a stretch at least, through the last RUN of them or more; the rate is the Theil–Sen slope
+    over those stretches (per-window minima, at most 128 windows). A one-off allocation lifts one stretch;
+    a cache that fills then stays is flat at the end."""
+    import numpy as np
+
+    from leakdoctor.detect import theil_sen, window_minima
+
+    allowed = max(float(max_bytes_per_step), NOISE_BYTES_PER_STEP)
+    n = len(values)
+    size = n // STRETCHES
+    if size < 4:
+        return None
+    tail = np.asarray(values[n - size * STRETCHES:], dtype=float)
+    minima = tail.reshape(STRETCHES, size).min(axis=1)
+    rises = np.diff(minima) > 0.5 * allowed * size
+    run = 0
+    while run < len(rises) and rises[len(rises) - 1 - run]:
+        run += 1
+    if run < RUN:
+        return None
+    begin = (STRETCHES - 1 - run) * size
+    growing = tail[begin:]
+    steps, lows = window_minima(range(len(growing)), growing, max(1, len(growing) // 128))
+    rate = theil_sen(steps, lows)[0]
+    return (rate, n - size * STRETCHES + begin) if rate > allowed else None
+
+
+def locate(step: Callable[[], object]) -> str | None:
+    """'test_train.py:42': the user's line that allocated most of what LOCATE_STEPS more steps kept (the
+    innermost frame in the user's files of each allocation; tracemalloc traces)."""
+    from leakdoctor.integrations.source import is_user_file, short_path
+
+    try:
+        before = tracemalloc.take_snapshot()
+        for _ in range(LOCATE_STEPS):
+            step()
+        after = tracemalloc.take_snapshot()
+    except Exception:  # noqa: BLE001 - the step failed when run again: no place, the verdict stands
+        return None
+    sites: dict[str, int] = {}
+    for stat in after.compare_to(before, "traceback"):
+        if stat.size_diff <= 0:
+            continue
+        frame = next((f for f in reversed(stat.traceback) if is_user_file(f.filename)), None)
+        if frame is not None:
+            where = f"{short_path(frame.filename)}:{frame.lineno}"
+            sites[where] = sites.get(where, 0) + stat.size_diff
+    return max(sites, key=sites.__getitem__) if sites else None
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -2,8 +2,10 @@
 
 Cluster schedulers and preemption stop jobs with SIGTERM, whose default action ends the process at once,
 so without a handler no summary is written. Doctors and callbacks register here when they start and
-unregister when they finish; the registry holds them strongly, so a doctor nobody finished stays
-reachable for this handler and for the engine's atexit fallback.
+unregister when they finish. A callback registers itself (held strongly until it finishes); a doctor
+registers `weak`: only a function that finishes its state, so that a doctor nobody holds any more can be
+collected (and finish then, doctor.py). A forked child forgets what its parent registered: the parent's
+doctors are the parent's to finish, and a worker's SIGTERM must not write their summaries.
 
 One process-wide handler, installed once, from the main thread, when the first doctor registers. On
 SIGTERM it finishes every live doctor (in the order they started), then hands the signal on: to the handler installed
@@ -23,27 +25,50 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
-_live: dict[int, tuple[Any, Callable[[BaseException], Any]]] = {}
+#: key -> (the object, or None when registered weak; its finish; whether a framework handles SIGTERM for it)
+_live: dict[int, tuple[Any, Callable[[BaseException], Any], bool]] = {}
 _previous: Any = None
 _installed = False
 _handling = False
+_finishing = 0  # finishes in progress in this process (their summaries not written yet)
+_deferred: int | None = None  # a SIGTERM that came while one was in progress
 
 
 class SIGTERM(Exception):
     """The process received SIGTERM; a doctor finished by the handler notes "the run ended with SIGTERM"."""
 
 
-def register(obj: Any, finish: Callable[[BaseException], Any] | None = None) -> None:
-    """Keep `obj` until `unregister(obj)`; on SIGTERM call `finish(SIGTERM())` (default: obj.finish)."""
-    _live[id(obj)] = (obj, finish if finish is not None else obj.finish)
-    if not _owned(obj):
+def register(obj: Any, finish: Callable[[BaseException], Any] | None = None, *, weak: bool = False,
+             install: bool = True) -> None:
+    """Until `unregister(obj)`, on SIGTERM call `finish(SIGTERM())` (default: obj.finish). `weak`: keep only
+    `finish` (which must not hold `obj`), not `obj` itself. The key is `obj._termination_key` when it has
+    one (a doctor's, shared by the stand-in that finishes its state once it was collected), else id(obj).
+    `install=False`: called only if a doctor installs the handler (a clean-up, not a reason to install it)."""
+    owned = _owned(obj)
+    _live[_key(obj)] = (None if weak else obj, finish if finish is not None else obj.finish, owned)
+    if not owned and install:
         _install()
 
 
 def unregister(obj: Any) -> None:
-    _live.pop(id(obj), None)
+    _live.pop(_key(obj), None)
+
+
+def _key(obj: Any) -> int:
+    key = getattr(obj, "_termination_key", None)
+    return key if isinstance(key, int) else id(obj)
+
+
+def _forget_inherited() -> None:
+    """In a forked child: what the parent registered is the parent's to finish."""
+    _live.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_inherited)
 
 
 def installed() -> bool:
@@ -72,25 +97,46 @@ def _install() -> None:
 
 def finish_all(exception: BaseException) -> None:
     """Finish every live doctor that no framework handles (in the order they started)."""
-    for key, (obj, finish) in list(_live.items()):
-        if _owned(obj):
+    for key, (obj, finish, owned) in list(_live.items()):
+        if owned:
             continue
         try:
             finish(exception)
         except Exception as err:  # noqa: BLE001 - one doctor's failure must not keep the others from writing
-            print(f"leakdoctor: could not finish {type(obj).__name__} on SIGTERM: {type(err).__name__}: {err}",
-                  file=sys.stderr)
+            print(f"leakdoctor: could not finish {type(obj if obj is not None else finish).__name__} on SIGTERM: "
+                  f"{type(err).__name__}: {err}", file=sys.stderr)
         _live.pop(key, None)
 
 
+@contextmanager
+def finishing() -> Iterator[None]:
+    """Around a doctor's finish: a SIGTERM that comes meanwhile (a Pool worker finishing its doctor as it
+    ends, terminated by its parent at that moment) takes effect once the summary is written, instead of
+    ending the process in the middle of the write. A second SIGTERM goes straight on."""
+    global _finishing, _deferred
+    _finishing += 1
+    try:
+        yield
+    finally:
+        _finishing -= 1
+        if _finishing == 0 and _deferred is not None:
+            signum, _deferred = _deferred, None
+            os.kill(os.getpid(), signum)  # handled now, by the main thread: the other doctors, then the signal's way
+
+
 def _handle(signum: int, frame: Any) -> None:
-    global _handling
-    if not _handling:  # a second SIGTERM while finishing goes straight on
-        _handling = True
-        try:
-            finish_all(SIGTERM(f"signal {signum}"))
-        finally:
-            _handling = False
+    global _handling, _deferred
+    if _handling or _deferred is not None:  # a second SIGTERM while finishing goes straight on
+        _chain(signum, frame)
+        return
+    if _finishing:  # a summary is being written: the signal waits for it (see finishing)
+        _deferred = signum
+        return
+    _handling = True
+    try:
+        finish_all(SIGTERM(f"signal {signum}"))
+    finally:
+        _handling = False
     _chain(signum, frame)
 
 
@@ -100,7 +146,7 @@ def _chain(signum: int, frame: Any) -> None:
     if callable(previous):
         previous(signum, frame)
         return
-    if previous is signal.SIG_IGN or any(_owned(obj) for obj, _ in list(_live.values())):
+    if previous is signal.SIG_IGN or any(owned for _, _, owned in list(_live.values())):
         return  # ignored before; or a framework ends the run its own way
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -9,8 +9,10 @@
 The engine plus the PyTorch integration: device memory, the model's hooks, tensors that keep their
 autograd graph across steps, DataLoader workers; the model's list attributes are watched too. Under
 torch.distributed every rank measures itself, and `finish()` (on every rank) hands rank 0 one summary
-with every rank's findings (`ranks` in the JSON); only rank 0 writes a file and prints. There
-on_limit="stop" acts as "warn": a rank that left the loop alone would leave the others waiting for it.
+with every rank's findings (`ranks` in the JSON); only rank 0 writes a file and prints. A doctor the
+script never finished (finished at exit, on SIGTERM or when collected) gathers nothing: a collective at
+exit can wait forever for a rank that has gone or waits for this one; its summary says so. Under
+torch.distributed on_limit="stop" acts as "warn": a rank that left the loop alone would leave the others waiting for it.
 """
 
 from __future__ import annotations
@@ -49,14 +51,22 @@ class LeakDoctor(doctor.LeakDoctor):
 
     def _complete(self, summary: Summary, exception: BaseException | None) -> Summary:
         """Gather every rank's summary into rank 0's; not after an exception, when the other ranks may
-        never reach the collective."""
-        if exception is not None:
+        never reach the collective, nor when the script never called finish() (the doctor finished at
+        interpreter exit, on a signal or when it was collected): the other ranks may be gone, or be
+        waiting for this one to exit (a parent that joins its rank), and a collective would wait forever."""
+        unattended = getattr(self, "_unattended", None)
+        if exception is not None or unattended:
             world = torch_integration.world_size()
             if world < 2:
                 return summary
-            note = (f"the run ended with {type(exception).__name__}: the summaries of the other {world - 1} rank(s) "
-                    f"were not gathered (they may never reach the collective), so this summary is rank "
-                    f"{self.settings.rank}'s alone")
+            if exception is not None:
+                why = f"the run ended with {type(exception).__name__}"
+            else:
+                why = ("finish() was never called, and the doctor was finished "
+                       + ("at interpreter exit" if unattended == "exit" else
+                          "when it was garbage-collected" if unattended == "collected" else f"on {unattended}"))
+            note = (f"{why}: the summaries of the other {world - 1} rank(s) were not gathered (they may never "
+                    f"reach the collective), so this summary is rank {self.settings.rank}'s alone")
             return dataclasses.replace(summary, notes=[*summary.notes, note])
         gathered = torch_integration.gather(summary.to_dict())
         if gathered is None or self.settings.rank != 0:

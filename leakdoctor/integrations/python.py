@@ -532,6 +532,9 @@ def _costs_something(ev: Evidence, metric: str, held: float, history: bool = Fal
     if not history and slows_the_step(ev):
         return True
     rss = ev.specs.get("rss_bytes")
+    if ev.specs[metric].unit == "bytes":  # a gauge of bytes (unit="bytes") measures what it holds itself
+        per_step = max(ev.rate(metric), ev.growth(metric) / ev.steps)
+        return is_material("bytes", per_step, ev.begin.after(metric) or 0.0, ev.horizon, rss.limit if rss else None)
     level = ev.begin.after("rss_bytes") or 0.0
     if ev.specs[metric].source == "gauge" and not held:
         trend = ev.trends.get("rss_bytes")
