@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from leakdoctor.detect import SCALES, classify, is_material, steps_to_limit, theil_sen
+from leakdoctor.detect import SCALES, classify, is_material, steps_to_limit, theil_sen, window_minima
 from leakdoctor.monitor import RISING, Monitor
 from leakdoctor.settings import Settings
 from leakdoctor.summary import Finding, SeriesSummary, format_value
@@ -159,11 +159,15 @@ def stopped(finding: Finding, monitor: Monitor, settings: Settings) -> bool:
 def _pausing(series: Any, since: int, pace: float, window: int) -> bool:
     """Is the quiet end no longer than the pauses the growth took before? Resident memory grows in
     stairs (the heap reuses what it freed, then maps more), and a leak whose stairs are a few hundred
-    steps apart is still one. A rise is a reading two windows' growth (at its pace when found) above the last
-    rise; the growth paused as long as the longest gap between rises, and it stopped only when the
-    readings since its last rise are quiet for more than twice that."""
+    steps apart is still one. A rise is a window minimum (a passing spike is none) two windows' growth (at
+    its pace when found) above the last rise; the growth paused as long as the longest gap between rises,
+    and it stopped only when the readings since its last rise are quiet for more than twice that."""
     steps, values = series.history(since=since)
     if len(values) < 2 or pace <= 0:
+        return False
+    gap = float(np.median(np.diff(steps)))
+    steps, values = window_minima(steps, values, max(1, round(window / gap)))  # a passing spike is no rise
+    if len(values) < 2:
         return False
     rise, top, last, gaps = 2 * window * pace, values[0], int(steps[0]), []
     for step, value in zip(steps[1:].tolist(), values[1:].tolist()):
