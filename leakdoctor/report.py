@@ -71,22 +71,23 @@ def _judged(finding: Finding, findings: list[Finding], monitor: Monitor, setting
         grew = fit is None or fit[0] > 0  # shrank over the run: the rate at detection stays, none of it matters
     material = grew and (series is None or _material(copy, series, settings))
     copy.severity = None if copy.benign else ("major" if material else "minor")
-    copy.state, copy.reason = _state(copy, finding, findings, monitor, settings, material)
+    copy.state, copy.reason = _state(copy, finding, findings, monitor, settings, material, grew)
     copy.severity = {"withdrawn": None, "minor": "minor"}.get(copy.state, copy.severity)
     return copy
 
 
 def _state(copy: Finding, finding: Finding, findings: list[Finding], monitor: Monitor, settings: Settings,
-           material: bool) -> tuple[str, str | None]:
+           material: bool, grew: bool = True) -> tuple[str, str | None]:
     """The finding's final state, and the reason where it is withdrawn."""
     if copy.benign:
         return "benign", None
     if copy.remedy and copy.remedy.effective:
         return "remedied", None
     if not material:  # too slow for resident memory to show whether it stopped: the proof decides
-        return ("minor", None) if proven(copy) else (
-            "withdrawn", f"{finding.metric} grew {format_value(copy.rate_per_step, finding.unit)}/step over the run: "
-                         f"too little to matter over {settings.horizon} steps, and nothing proves a leak")
+        why = (f"grew {format_value(copy.rate_per_step, finding.unit)}/step over the run: too little to matter "
+               f"over {settings.horizon} steps" if grew else "did not grow over the run since it was found "
+                                                              "(its whole-run fit is flat or falling)")
+        return ("minor", None) if proven(copy) else ("withdrawn", f"{finding.metric} {why}, and nothing proves a leak")
     # Resident memory reuses the heap it freed, so it can level off while a proven cause goes on (a list
     # of outputs that keep their graphs): only an exact counter (live arrays, a count) shows such a stop.
     resident_proof = proven(copy) and finding.metric == RESIDENT
