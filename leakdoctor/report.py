@@ -70,14 +70,14 @@ def _judged(finding: Finding, findings: list[Finding], monitor: Monitor, setting
             copy.rate_per_step, copy.rate_interval = fit[0], fit[1:]
         grew = fit is None or fit[0] > 0  # shrank over the run: the rate at detection stays, none of it matters
     material = grew and (series is None or _material(copy, series, settings))
-    copy.severity = None if copy.benign else ("major" if material else "minor")
     copy.state, copy.reason = _state(copy, finding, findings, monitor, settings, material, grew)
-    copy.severity = {"withdrawn": None, "minor": "minor"}.get(copy.state, copy.severity)
+    copy.severity = {"benign": None, "withdrawn": None, "minor": "minor"}.get(
+        copy.state, "major" if material else "minor")
     return copy
 
 
 def _state(copy: Finding, finding: Finding, findings: list[Finding], monitor: Monitor, settings: Settings,
-           material: bool, grew: bool = True) -> tuple[str, str | None]:
+           material: bool, grew: bool) -> tuple[str, str | None]:
     """The finding's final state, and the reason where it is withdrawn."""
     if copy.benign:
         return "benign", None
@@ -129,12 +129,13 @@ def skipped_notes(monitor: Monitor) -> list[str]:
 def stopped(finding: Finding, monitor: Monitor, settings: Settings) -> bool:
     """Did the growth stop by itself after detection? Only when the readings since the supposed stop
     (the last 2 * verify_windows window minima, and at least the last third of the run since the growth
-    began) show no growth of their own over a stretch long enough to
-    see the old pace: their slope is under a quarter of the rate at detection, and the upper end of its
-    interval (what they may still grow, with confidence) is too little to matter, or at most a quarter
-    of the pace of the whole run since the growth began. A cache that filled may leave a material creep
-    (a pool's rarer size classes, filled late; a heap's fragmentation), far slower than its filling; a
-    leak keeps its pace, however noisy its readings and whatever the few windows at detection said."""
+    began) show no growth of their own over a stretch long enough to see the old pace: their slope is
+    under a quarter of the rate at detection; the upper end of its interval (what they may still grow,
+    with confidence) is too little to matter, or at most a quarter of the whole run's pace; and the
+    quiet end outlasts the pauses the growth took before (_pausing). A cache that filled may leave a
+    material creep (a pool's rarer size classes, filled late; a heap's fragmentation), far slower than
+    its filling; a leak keeps its pace, however noisy its readings and whatever the few windows at
+    detection said."""
     needed = 2 * settings.verify_windows
     series = monitor.series[finding.metric]
     steps, _ = series.minima(0, finding.detected_step)
