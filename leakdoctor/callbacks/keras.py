@@ -379,7 +379,7 @@ def per_call(finding: Finding, call: int, batches: int, label: str) -> Finding:
     interval = finding.rate_interval and (finding.rate_interval[0] * batches, finding.rate_interval[1] * batches)
     return dataclasses.replace(
         finding, first_step=call, detected_step=call, rate_per_step=finding.rate_per_step * batches,
-        rate_interval=interval, remedy=remedy,
+        detected_rate=scale(finding.detected_rate), rate_interval=interval, remedy=remedy,
         evidence=f"within {label} ({batches} batches; from batch {finding.first_step}, "
                  f"{format_value(finding.rate_per_step, finding.unit)} per batch): {finding.evidence}")
 
