@@ -220,6 +220,7 @@ class Clinic:
                     self.notes.append(f"step {self._step}: {finding.cause} on {finding.metric} came back "
                                       f"after {finding.remedy.name}")
                 finding.rate_per_step, finding.detected_step = found.rate_per_step, found.detected_step
+                finding.detected_rate = found.detected_rate
                 finding.evidence, finding.subject = found.evidence, found.subject
                 return finding
         self.findings.append(found)
