@@ -103,7 +103,7 @@ def check_for_leaks(step: Callable[[], object], steps: int = DEFAULT_STEPS,
         if doctor.settings.summary_path is not None:  # the doctor wrote its own; this one holds what was kept
             summary.write(doctor.settings.summary_path)
     if fail_on == "minor":
-        leaks += [f for f in summary.minor if f.final_state == "minor"]
+        leaks += summary.unremedied_minor
     if leaks:
         rates = ", ".join(f"{f.cause} on {f.metric} ({format_value(f.rate_per_step, f.unit)}/step)" for f in leaks)
         pytest.fail(f"the step leaks memory: {rates}; max_bytes_per_step={max_bytes_per_step:g}\n{summary.text()}",

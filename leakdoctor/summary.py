@@ -177,12 +177,17 @@ class Summary:
     def fails(self, on: str = "major") -> bool:
         """Does a CI gate fail on this run? On a leak; with `on="minor"`, also on a minor finding that no
         remedy stopped. An unwatched run is no leak (`leakdoctor report` gives it its own exit status)."""
-        return self.verdict == "leak" or (on == "minor" and any(f.final_state == "minor" for f in self.minor))
+        return self.verdict == "leak" or (on == "minor" and bool(self.unremedied_minor))
 
     @property
     def minor(self) -> list[Finding]:
         """Proven causes too slow to matter over the horizon (listed; the verdict stays clean)."""
         return [f for f in self.findings if f.severity == "minor" and f.final_state in ("minor", "remedied")]
+
+    @property
+    def unremedied_minor(self) -> list[Finding]:
+        """The minor findings no remedy stopped: what `fails(on="minor")` and the pytest plugin fail on."""
+        return [f for f in self.minor if f.final_state == "minor"]
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -136,23 +136,15 @@ class Session:
         return doctor.finish(exception)
 
     def unwatched(self, reason: str, emit: bool = True) -> Any:
-        """The summary of a run in which no step was seen: written to summary_path, printed on stderr
-        (unless `emit` is False)."""
+        """The summary of a run in which no step was seen: written, plotted and printed as the run's options
+        ask (unless `emit` is False)."""
         from leakdoctor import __version__
         from leakdoctor.summary import Summary
 
         summary = Summary(framework=framework_imported(self.kind), steps=0, series={}, findings=[],
                           version=__version__, unwatched={"reason": reason, "fix": FIX})
-        if not emit:
-            return summary
-        path = self.options.get("summary_path")
-        if path:
-            try:
-                summary.write(path)
-            except OSError as err:
-                print(f"leakdoctor run: could not write {path}: {err}", file=sys.stderr)
-        if self.options.get("verbose", True):
-            print(summary.text(), file=sys.stderr)
+        if emit:
+            self.emit(summary)
         return summary
 
 
