@@ -162,16 +162,11 @@ def storing_line(filename: str, first: int, last: int, name: str) -> int | None:
     tree = _parse(filename, len(linecache.getlines(filename)))
     if tree is None or not name.isidentifier():
         return None
-    hits = _storing_lines(tree, first, last, name)
-    return hits[0] if hits else None
-
-
-def _storing_lines(tree: ast.Module, first: int, last: int, name: str) -> list[int]:
-    """The lines between `first` and `last` where the code stores into `name`, in order."""
-    return sorted({n.lineno for n in _stores(tree, first, last, name)})
+    return min((n.lineno for n in _stores(tree, first, last, name)), default=None)
 
 
 def _stores(tree: ast.Module, first: int, last: int, name: str) -> list[ast.AST]:
+    """The nodes between lines `first` and `last` that store into `name`."""
     return [n for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last and _stores_into(n, name)]
 
 
