@@ -162,8 +162,12 @@ def _pausing(series: Any, since: int, pace: float, window: int) -> bool:
     """Is the quiet end no longer than the pauses the growth took before? Resident memory grows in
     stairs (the heap reuses what it freed, then maps more), and a leak whose stairs are a few hundred
     steps apart is still one. A rise is a window minimum (a passing spike is none) two windows' growth (at
-    its pace when found) above the last rise; the growth paused as long as the longest gap between rises,
-    and it stopped only when the readings since its last rise are quiet for more than twice that."""
+    its pace when found) above the last rise, and at least half of what the growth's steady pace (the
+    slower of that pace and the run's net growth per step) adds over the gap since: a stair of a leak
+    carries its pace, where a bump after an evaluation pass's peak (which the heap keeps) carries a
+    fraction of it. The
+    growth paused as long as the longest gap between rises, and it stopped only when the readings since
+    its last rise are quiet for more than twice that."""
     steps, values = series.history(since=since)
     if len(values) < 2 or pace <= 0:
         return False
@@ -171,9 +175,10 @@ def _pausing(series: Any, since: int, pace: float, window: int) -> bool:
     steps, values = window_minima(steps, values, max(1, round(window / gap)))  # a passing spike is no rise
     if len(values) < 2:
         return False
-    rise, top, last, gaps = 2 * window * pace, values[0], int(steps[0]), []
+    steady = max(0.0, min(pace, (values[-1] - values[0]) / max(1, steps[-1] - steps[0])))
+    top, last, gaps = values[0], int(steps[0]), []
     for step, value in zip(steps[1:].tolist(), values[1:].tolist()):
-        if value >= top + rise:
+        if value >= top + max(2 * window * pace, 0.5 * steady * (step - last)):
             gaps.append(step - last)
             top, last = value, step
     return int(steps[-1]) - last <= 2 * max(gaps, default=0)
