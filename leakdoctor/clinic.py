@@ -11,6 +11,7 @@ doctor takes off the steps' CPU time (under load an investigation's wall time ca
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -72,7 +73,8 @@ class Clinic:
         self.cpu_seconds = 0.0  # this thread's CPU time in forensics and remedies
         self.forensic_budget = FORENSIC_BUDGET
         self.deferred = 0  # suspicions left for later because investigations had used their budget
-        self._investigated: set[str] = set()  # metrics that have been suspects of an investigation
+        # metric: its peak at its last investigation (inf while one is open), see _over_budget
+        self._investigated: dict[str, float] = {}
         self._tried: dict[tuple[str, str, str | None], set[str]] = {}
         self._step = 0
         self._context: Mapping[str, Any] = {}
@@ -146,13 +148,19 @@ class Clinic:
 
     def _over_budget(self, suspects: Mapping[str, Any], run_seconds: float) -> bool:
         """Must these suspects wait? When investigations have used their share of the run, yes, unless
-        one of them has never been investigated and nothing found so far still leaks: a growth that was
-        no leak (resident memory warming up, taken by the first investigation) must not keep another
-        metric's leak unnamed until the run has lasted twenty times that investigation, while a leak
-        still growing is most likely what the other metric sees too."""
+        nothing found so far still leaks and one of them has never been investigated, or has grown past
+        its peak at its last investigation: a growth that was no leak (resident memory warming up, an
+        allocator's cache that malloc_trim took back) refills to that peak at most, and must not keep a
+        leak unnamed until the run has lasted twenty times that investigation, while a leak still
+        growing is most likely what the other metric sees too."""
         if not self.investigations or self.forensic_seconds <= self.forensic_budget * run_seconds:
             return False
-        return all(metric in self._investigated for metric in suspects) or self._leaking()
+        return self._leaking() or not any(self._due_again(metric) for metric in suspects)
+
+    def _due_again(self, metric: str) -> bool:
+        """Has the metric's last window minimum passed its peak at its last investigation (never
+        investigated: yes)?"""
+        return self.monitor.series[metric].levels[0][-1][1] > self._investigated.get(metric, -math.inf)
 
     def _leaking(self) -> bool:
         """Does a leak found so far still grow? A benign finding is none, nor one whose growth stopped
@@ -171,12 +179,12 @@ class Clinic:
         if joining:
             self.monitor.busy(joining)
             self.investigation.join(joining)
-            self._investigated.update(joining)
+            self._investigated.update(dict.fromkeys(joining, math.inf))
 
     def _investigate(self, suspects: dict[str, Any]) -> None:
         self.monitor.busy(suspects)
         self.investigations += 1
-        self._investigated.update(suspects)
+        self._investigated.update(dict.fromkeys(suspects, math.inf))
         ladder = [c for c in self.practice.cleanups if c.in_ladder]
         self.investigation = Investigation(suspects, self._step, self.settings.investigate_steps,
                                            self.practice.forensics, ladder, self.practice.read, self.guard)
@@ -190,6 +198,7 @@ class Clinic:
         specs: dict[str, MetricSpec] = {m: s.spec for m, s in self.monitor.series.items()}
         evidence = investigation.finish(self._step, self.monitor.trends(), specs, self.settings.remedies,
                                          self.settings.horizon)
+        self._investigated.update({m: float(self.monitor.series[m].peak) for m in investigation.suspects})
         self.sites = oom.allocation_sites(evidence.reports, self.sites, self._step)
         findings = diagnose(evidence, self.practice.rules, self.guard)
         self.notes += unexplained_notes(evidence, findings)
