@@ -20,8 +20,9 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {"LeakDoctor": "leakdoctor.doctor", "LeakDoctorWarning": "leakdoctor.guard",
-            "Finding": "leakdoctor.summary", "Summary": "leakdoctor.summary"}
-__all__ = ["LeakDoctor", "LeakDoctorWarning", "Finding", "Summary", "__version__"]
+            "Finding": "leakdoctor.summary", "Summary": "leakdoctor.summary",
+            "UnknownOptionError": "leakdoctor.settings"}
+__all__ = ["LeakDoctor", "LeakDoctorWarning", "Finding", "Summary", "UnknownOptionError", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -232,7 +232,7 @@ def allocator_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
             continue
         evidence = f"{ev.describe(metric)}; {rung} took it back, so an allocator was caching freed memory"
         if rung in ev.end.settle and rung not in ev.remedies:
-            ev.note(metric, f"{evidence}; not a leak")
+            ev.note(metric, f"not a leak: {evidence}")
             continue
         found.append(ev.finding(
             "allocator_cache", metric, benign=True, reclaimed_by=rung, evidence=evidence,
@@ -249,9 +249,10 @@ def fallback(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
             continue
         native = metric == "rss_bytes"
         if native and ev.refilled(metric):
-            ev.note(metric, f"{ev.describe(metric)} into pages the cleanup's malloc_trim had returned, with "
-                            f"nothing newly allocated (malloc's bytes in use and the mapped size kept level): "
-                            f"the allocator reusing its memory, not a leak")
+            ev.note(metric, f"not a leak, nothing to fix: {ev.describe(metric)} as the program reused memory "
+                            f"that a cleanup had just given back to the system; nothing new was allocated "
+                            f"(malloc_trim had returned the pages; malloc's bytes in use and the mapped size "
+                            f"stayed level)")
             continue
         found.append(ev.finding(
             "native_memory" if native else "device_arrays", metric,
@@ -270,5 +271,6 @@ GENERIC_RULES = [Rule(60, allocator_cache), Rule(100, fallback)]
 def unexplained_notes(ev: Evidence, accepted: list[Finding]) -> list[str]:
     """What the rules noted, and confirmed growth that neither a finding nor a note accounts for."""
     silent = ev.unexplained(accepted)
-    return list(ev.notes.values()) + [f"step {ev.end_step}: {ev.describe(m)}; no rule names a cause" for m in silent]
+    return list(ev.notes.values()) + [f"step {ev.end_step}: {ev.describe(m)}; leakdoctor could not tell what "
+                                      f"holds it, so no finding was made" for m in silent]
 

@@ -17,7 +17,7 @@ import threading
 import time
 import weakref
 from functools import partial
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
 from leakdoctor import __version__, exporter, limits, oom, report, stopping, termination
 from leakdoctor.clinic import Clinic, Practice
@@ -28,61 +28,54 @@ from leakdoctor.monitor import Monitor
 from leakdoctor.probing import Probes
 from leakdoctor.remedies.base import Remedy
 from leakdoctor.sampling import STEP_CPU, STEP_TIME, Sampler
-from leakdoctor.settings import Settings
-from leakdoctor.summary import Finding, Summary
+from leakdoctor.options import refuse_unknown
+from leakdoctor.settings import DoctorOptions, Settings, documented
+from leakdoctor.summary import Finding, Summary, verdict_of
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 STATE_SCHEMA = "leakdoctor.state/1"
 
 
+@documented
 class LeakDoctor:
     """Watches memory while a model trains, tells a leak from normal growth, names its cause, applies a
-    remedy when allowed and checks that it worked. Call `step()` at the end of every training step and
-    `finish()` at the end (or use it as a context manager); `summary` holds the result.
+    remedy when allowed and checks that it worked.
 
-    remedies: "off" (detect and recommend), "safe" (semantics-preserving remedies), "all", or a list of
-    remedy names. warmup: steps ignored at the start. window: steps per detection window (a leak is
-    suspected after 6 windows of growth). horizon: steps over which a growth must matter. memory_limit: bytes or "8GiB"
-    (default: the tightest of RAM, the cgroup limit and RLIMIT_AS/DATA; leakdoctor/limits.py).
-    on_limit: "warn", "stop" (end the run with `should_stop` after calling `checkpoint`) or a callable given
-    the summary so far, when an unremedied leak is projected to reach the memory limit within
-    `limit_margin` (steps, or a fraction of the steps so far; see leakdoctor/stopping.py). oom_snapshot: a
-    path for the CUDA allocator snapshot, dumped if the run dies out of memory (leakdoctor/oom.py).
-    prometheus_port: serve the series and findings on http://127.0.0.1:PORT/metrics (+ LOCAL_RANK; 0: any
-    free port); prometheus_host: another address to bind, only when you name one.
+    Call `step()` at the end of every training step and `finish()` at the end, or use it as a context
+    manager; `summary` is a snapshot of the run so far, and the final summary once `finish()` returned.
+    This doctor watches the process and Python objects; `leakdoctor.callbacks.torch`, `.flax` and `.mlx`
+    each have a `LeakDoctor` that adds its framework's probes, forensics and remedies. They share one
+    class name on purpose (DESIGN.md: one class name, framework-specific module): the module says the
+    framework, so moving a loop to another framework changes one import and nothing else.
+
+    Args:
+        integrations: extra probes, forensics, rules and remedies (`leakdoctor.integrations.Integration`);
+            the framework doctors pass their own. Rarely needed otherwise.
+        **options: the options shared by every doctor and callback, listed below and in the README's
+            "Options" table (`leakdoctor.settings.OPTIONS`).
+
+    Raises:
+        UnknownOptionError: an option name it does not take, with the nearest valid one ("remedys: did
+            you mean remedies?"); a ValueError and a TypeError both.
+        ValueError: a bad option value, named with the valid ones.
+
+    Example:
+        >>> from leakdoctor import LeakDoctor
+        >>> with LeakDoctor(remedies="safe", summary_path="leaks.json") as doctor:  # doctest: +SKIP
+        ...     for batch in data:
+        ...         train_step(batch)
+        ...         doctor.step()
+        >>> doctor.summary.verdict  # doctest: +SKIP
+        'clean'
     """
 
     framework: ClassVar[str] = "python"
 
-    def __init__(
-        self,
-        *,
-        remedies: str | Sequence[str] = "off",
-        summary_path: Any = None,
-        plot_path: Any = None,
-        warmup: int = 20,
-        window: int = 6,
-        horizon: int = 100_000,
-        memory_limit: int | float | str | None = None,
-        alpha: float = 0.01,
-        investigate_steps: int | None = None,
-        verify_windows: int = 8,
-        overhead: float = 0.005,
-        verbose: bool = True,
-        rank: int = 0,
-        prometheus_port: int | None = None,
-        prometheus_host: str | None = None,
-        integrations: Sequence[Integration] = (),
-        on_limit: str | Callable[[Summary], Any] = "warn",
-        limit_margin: int | float = 0.1,
-        checkpoint: Callable[[], Any] | None = None,
-        oom_snapshot: Any = None,
-    ) -> None:
-        self.settings = Settings.create(
-            remedies=remedies, warmup=warmup, window=window, horizon=horizon, memory_limit=memory_limit,
-            alpha=alpha, investigate_steps=investigate_steps, verify_windows=verify_windows, overhead=overhead,
-            summary_path=summary_path, plot_path=plot_path, verbose=verbose, rank=rank,
-            prometheus_port=prometheus_port, prometheus_host=prometheus_host, on_limit=on_limit,
-            limit_margin=limit_margin, checkpoint=checkpoint, oom_snapshot=oom_snapshot)
+    def __init__(self, *, integrations: Sequence[Integration] = (), **options: Unpack[DoctorOptions]) -> None:
+        refuse_unknown(type(self), options)
+        self.settings = Settings.create(**options)
         self._guard = Guard()
         self._watchlist = python.Watchlist(self._guard)
         self._memory = limits.process_limit(self.settings.memory_limit)
@@ -93,7 +86,7 @@ class LeakDoctor:
             self._guard)
         self.targets: dict[str, Any] = {k: v for part in parts for k, v in part.targets.items()}
         self._monitor = Monitor(self.settings)
-        practice = Practice(forensics=[f for part in parts for f in part.forensics],
+        practice = Practice(forensics=self._forensics(parts),
                             cleanups=[c for part in parts for c in part.cleanups],
                             rules=[r for part in parts for r in part.rules] + GENERIC_RULES,
                             targets=self.targets, read=self._probes.read_all)
@@ -113,7 +106,7 @@ class LeakDoctor:
         # doctor in the middle of a step does not wait for itself.
         self._lock = threading.RLock()
         # The exporter last but for the registrations: a bad port raises here, with nothing registered.
-        self._publisher = exporter.publisher_for(self.settings, self.framework, self._guard)
+        self._publisher = self._new_publisher()
         self._register_ending()
 
     def _register_ending(self) -> None:
@@ -135,6 +128,15 @@ class LeakDoctor:
         atexit.register(self._atexit)
         self._child_exit = _child_finalizer(self._atexit)
         termination.register(self, partial(_finish_unattended, cls, state, "SIGTERM"), weak=True)
+
+    def _forensics(self, parts: Sequence[Integration]) -> list[Any]:
+        """The forensics an investigation may run: every part's (a subclass may leave some out)."""
+        return [f for part in parts for f in part.forensics]
+
+    def _new_publisher(self) -> exporter.Publisher | None:
+        """This doctor's Prometheus feed: its own server when `prometheus_port` is set (a subclass may feed
+        another doctor's server instead)."""
+        return exporter.publisher_for(self.settings, self.framework, self._guard)
 
     # --- what users call -------------------------------------------------------------------------
 
@@ -246,9 +248,11 @@ class LeakDoctor:
                                    self._monitor, self._snapshot) or summary
         summary = self._guard.call("complete summary", self._complete, summary, exception) or summary
         self._result = summary
+        if self._publisher is not None:  # the final values: pushed if asked, served for the linger
+            self._guard.call("prometheus", self._publish, summary)
+            exporter.conclude(self._publisher, self.settings, self._guard)
+            summary.errors = list(self._guard.errors)  # a failed push is in the summary written next
         self._emit(summary)
-        if self._publisher is not None:
-            self._guard.call("prometheus server", self._publisher.close)
         termination.unregister(self)  # only now: a SIGTERM while finishing still finds it
         return summary
 
@@ -267,6 +271,16 @@ class LeakDoctor:
             if self._result is not None:
                 return self._result
             return self._guard.call("summary", self._build_summary) or self._bare_summary()
+
+    def metrics_feed(self, **labels: str) -> exporter.Publisher | None:
+        """A feed into this doctor's /metrics server for another doctor of the same run, whose series carry
+        `labels` besides this doctor's (e.g. `clock="batch"`); None when this doctor serves no metrics."""
+        return self._publisher.sibling(**labels) if self._publisher is not None else None
+
+    @property
+    def finished(self) -> bool:
+        """True once `finish()` ended the run (then `summary` is final)."""
+        return self._result is not None
 
     @property
     def steps(self) -> int:
@@ -315,11 +329,19 @@ class LeakDoctor:
         self.finish(exc)
         return False
 
-    def _publish(self) -> None:
-        """Hand the exporter what this sample left: readings, findings, projection, overhead."""
+    def _publish(self, final: Summary | None = None) -> None:
+        """Hand the exporter what this sample left (readings, findings, projection, overhead, the verdict
+        so far), or at finish() the `final` summary's values."""
+        if final is not None:
+            self._publisher.publish(final.steps, self.readings, final.findings, final.projected_limit_step,
+                                    final.overhead, final.verdict)
+            return
         findings = self._clinic.findings
+        verdict = verdict_of(findings)
+        if verdict == "clean" and report.unwatched(self.settings, self._step):
+            verdict = "unwatched"
         self._publisher.publish(self._step, self.readings, findings,
-                                report.projection(findings, self._monitor, self._step), self._overhead())
+                                report.projection(findings, self._monitor, self._step), self._overhead(), verdict)
 
     # --- the end ---------------------------------------------------------------------------------
 
@@ -356,15 +378,24 @@ class LeakDoctor:
     def _overhead(self) -> dict[str, float]:
         return report.overhead(self._sampler, self._clinic, self.settings)
 
+    def write_summary(self, summary: Summary | None = None) -> bool:
+        """Write `summary` (default: the run so far) to `summary_path` now, atomically, e.g. a callback's
+        summary at the end of each fit; True if it was written. A path that fails is reported once and
+        not tried again: the final summary then goes to stderr."""
+        path = self.settings.summary_path
+        if path is None or "summary_path" in self._guard.off:
+            return False
+        try:
+            (summary or self.summary).write(path)
+            return True
+        except OSError as err:
+            self._guard.disable("summary_path", f"cannot write {path}: {err}; the final summary goes to stderr")
+            return False
+
     def _emit(self, summary: Summary) -> None:
         """Write the JSON (stderr if the path fails), the plot, and print the table on rank 0."""
-        path = self.settings.summary_path
-        if path is not None:
-            try:
-                summary.write(path)
-            except OSError as err:
-                self._guard.disable("summary_path", f"cannot write {path}: {err}; the summary follows on stderr")
-                print(summary.to_json(), file=sys.stderr)
+        if self.settings.summary_path is not None and not self.write_summary(summary):
+            print(summary.to_json(), file=sys.stderr)
         if self.settings.plot_path is not None:
             self._guard.call("plot", summary.plot, self.settings.plot_path)
         if self.settings.verbose and self.settings.rank == 0:

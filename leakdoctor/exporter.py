@@ -9,13 +9,22 @@ In a distributed run each rank serves base port + LOCAL_RANK, so one scrape conf
 Cheap by construction: after a sample the engine calls `Publisher.publish` with what it already holds;
 that keeps an immutable snapshot (a few small tuples), and the server's thread renders the latest
 snapshot when Prometheus scrapes. Unsampled steps never reach this module.
+
+To the end: at finish() the engine publishes the final values (last step, verdict, findings in their
+final state), `conclude` pushes them to a Pushgateway when asked (`prometheus_pushgateway=`) and keeps
+serving them for `prometheus_linger=` seconds (a daemon timer then stops the server). A process that
+exits within the linger waits for its remainder at interpreter exit (an atexit handler, bounded by the
+linger; Ctrl-C ends the wait at once), so the last scrape still sees the end of the run. A process ended
+by a signal (SIGTERM, SIGKILL) or by os._exit does not wait.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
@@ -25,8 +34,14 @@ if TYPE_CHECKING:
     from leakdoctor.summary import Finding
 
 PREFIX = "leakdoctor_"
+#: The values of `leakdoctor_verdict{verdict}`: 1 for the current verdict, 0 for the others.
+VERDICTS = ("clean", "leak", "remedied", "unwatched")
+#: The Pushgateway job the final values are pushed under (grouped by rank).
+JOB = "leakdoctor"
+#: Seconds a push may take before it is given up (finish() waits for it).
+PUSH_TIMEOUT = 5.0
 #: Names of the exporter's own metrics; a series whose name would collide gets a numbered suffix.
-OWN = ("step", "findings", "remedies_applied", "projected_limit_step", "overhead_fraction", "probe_seconds",
+OWN = ("step", "verdict", "findings", "remedies_applied", "projected_limit_step", "overhead_fraction", "probe_seconds",
        "forensic_seconds", "remedy_seconds", "investigations")
 
 
@@ -36,7 +51,8 @@ def require() -> Any:
         import prometheus_client
         import prometheus_client.core  # noqa: F401 - the metric families the collector renders
     except ImportError as err:
-        raise ImportError("prometheus_port= needs prometheus_client: pip install leakdoctor[prometheus]") from err
+        raise ImportError("prometheus_port= and prometheus_pushgateway= need prometheus_client: "
+                          "pip install leakdoctor[prometheus]") from err
     return prometheus_client
 
 
@@ -65,6 +81,7 @@ class Snapshot:
     remedies: Mapping[str, int]  # remedy name -> times applied (monotonic)
     projected_limit_step: int | None
     overhead: Mapping[str, float]
+    verdict: str | None = None  # clean, leak, remedied or unwatched; final once the run finished
 
 
 def finding_state(finding: "Finding") -> str:
@@ -76,7 +93,7 @@ def finding_state(finding: "Finding") -> str:
 @dataclass
 class Publisher:
     """One doctor's feed into an exporter, with its labels (rank, framework; the Keras callback adds
-    `clock`). The owner's `close()` stops the exporter; a borrowed publisher's does nothing."""
+    `clock`). Only the owner's doctor concludes the exporter at finish() (`conclude`)."""
 
     exporter: "Exporter"
     labels: dict[str, str]
@@ -85,8 +102,9 @@ class Publisher:
     _applied: set[tuple[Any, ...]] = field(default_factory=set)
 
     def publish(self, step: int, readings: Mapping[str, float], findings: Sequence["Finding"],
-                projected_limit_step: int | None, overhead: Mapping[str, float]) -> None:
-        """Replace the snapshot (called by the engine after a sample; microseconds)."""
+                projected_limit_step: int | None, overhead: Mapping[str, float], verdict: str | None = None) -> None:
+        """Replace the snapshot (called by the engine after a sample, and at finish() with the final
+        values; microseconds)."""
         counts: dict[tuple[str, str], int] = {}
         for finding in findings:
             key = (finding.cause, finding_state(finding))
@@ -96,7 +114,7 @@ class Publisher:
         remedies: dict[str, int] = {}
         for _key, name, _step in self._applied:
             remedies[name] = remedies.get(name, 0) + 1
-        self.snapshot = Snapshot(step, dict(readings), counts, remedies, projected_limit_step, dict(overhead))
+        self.snapshot = Snapshot(step, dict(readings), counts, remedies, projected_limit_step, dict(overhead), verdict)
 
     def sibling(self, **labels: str) -> "Publisher":
         """Another publisher on the same exporter (not its owner), e.g. for a second clock."""
@@ -104,16 +122,13 @@ class Publisher:
         self.exporter.publishers.append(publisher)
         return publisher
 
-    def close(self) -> None:
-        if self.owner:
-            self.exporter.close()
-
 
 class Exporter:
     """An HTTP server for /metrics on `host`:`port` (+ LOCAL_RANK) with a registry of its own. A bad
-    port raises ValueError here; `start()` raises OSError when the port is taken (the engine guards it)."""
+    port raises ValueError here; `start()` raises OSError when the port is taken (the engine guards it).
+    Without a port (a Pushgateway only) it holds the registry and serves nothing."""
 
-    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
+    def __init__(self, port: int | None, host: str = "127.0.0.1") -> None:
         self._prometheus = require()
         self.host = host
         self.port = port + local_rank() if port else 0
@@ -125,12 +140,47 @@ class Exporter:
         self.registry.register(_Collector(self))
         self._server: Any = None
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._deadline: float | None = None  # set by linger(): when the final values stop being served
+        self._pid = os.getpid()
 
     def start(self) -> None:
         try:
             self._server, self._thread = self._prometheus.start_http_server(self.port, self.host, self.registry)
         except OSError as err:
             raise OSError(err.errno, f"cannot serve /metrics on {self.host}:{self.port}: {err.strerror}") from None
+        atexit.register(self._at_exit)
+
+    def push(self, gateway: str, rank: str) -> None:
+        """Push every publisher's latest values to a Pushgateway (job "leakdoctor", grouped by rank),
+        replacing what this rank pushed before; raises what the push raised (the engine guards it)."""
+        self._prometheus.push_to_gateway(gateway, job=JOB, registry=self.registry, grouping_key={"rank": rank},
+                                         timeout=PUSH_TIMEOUT)
+
+    def linger(self, seconds: float) -> None:
+        """Keep serving for `seconds` more, then stop (a daemon timer; at interpreter exit, `_at_exit`
+        waits out the rest); 0 or not serving: stop now."""
+        if seconds <= 0 or self._server is None:
+            self.close()
+            return
+        self._deadline = time.monotonic() + seconds
+        timer = threading.Timer(seconds, self.close)
+        timer.daemon = True
+        timer.start()
+
+    def _at_exit(self) -> None:
+        """At interpreter exit: a finished run's exporter serves out its linger (at most that long; Ctrl-C
+        ends the wait), an unfinished one stops at once. A forked child leaves its parent's server alone."""
+        if os.getpid() != self._pid:
+            return
+        try:
+            if self._deadline is not None:
+                self._closed.wait(max(0.0, self._deadline - time.monotonic()))
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.close()
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -144,23 +194,39 @@ class Exporter:
 
     def close(self) -> None:
         """Stop serving and free the port (waits for the server's loop, at most half a second)."""
-        server, self._server = self._server, None
+        with self._lock:
+            server, self._server, thread, self._thread = self._server, None, self._thread, None
+        self._closed.set()
+        atexit.unregister(self._at_exit)
         if server is not None:
             server.shutdown()
             server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        if thread is not None:
+            thread.join(timeout=5)
 
 
 def publisher_for(settings: "Settings", framework: str, guard: "Guard") -> Publisher | None:
     """The exporter a doctor's settings ask for, started (a port in use: a warning through `guard`, and
-    the run goes on without it), and the doctor's publisher; None without `prometheus_port`."""
-    if settings.prometheus_port is None:
+    the run goes on without it), and the doctor's publisher; None without `prometheus_port` or
+    `prometheus_pushgateway` (a Pushgateway alone: an exporter that serves nothing)."""
+    if settings.prometheus_port is None and settings.prometheus_pushgateway is None:
         return None
     exporter = Exporter(settings.prometheus_port, settings.prometheus_host)
-    guard.call("prometheus", exporter.start)
+    if settings.prometheus_port is not None:
+        guard.call("prometheus", exporter.start)
     return exporter.publisher(owner=True, rank=str(settings.rank), framework=framework)
+
+
+def conclude(publisher: Publisher, settings: "Settings", guard: "Guard") -> None:
+    """At finish(), once the final values are published: push them to the Pushgateway when one is named
+    (a failure is a warning and an entry in the summary's errors, once), then serve them for the linger.
+    Only the publisher that owns the exporter concludes (the Keras callback's per-fit doctors do not)."""
+    if not publisher.owner:
+        return
+    if settings.prometheus_pushgateway is not None:
+        guard.call("prometheus pushgateway", publisher.exporter.push, settings.prometheus_pushgateway,
+                   publisher.labels.get("rank", "0"))
+    guard.call("prometheus server", publisher.exporter.linger, settings.prometheus_linger)
 
 
 class _Collector:
@@ -184,10 +250,15 @@ class _Collector:
 
         for labels, snap in fed:
             add("gauge", PREFIX + "step", "Training steps the doctor has counted", labels, snap.step)
+            if snap.verdict is not None:
+                for verdict in VERDICTS:
+                    add("gauge", PREFIX + "verdict", "The run's verdict so far (final after finish): 1 for the "
+                        "current one", labels, float(verdict == snap.verdict), verdict=verdict)
             for series, name in _series_names(snap.readings).items():
                 add("gauge", name, f"leakdoctor series {series!r}, latest sample", labels, snap.readings[series])
             for (cause, state), count in snap.findings.items():
-                add("gauge", PREFIX + "findings", "Findings by cause and state (leak, remedied, benign)", labels,
+                add("gauge", PREFIX + "findings", "Findings by cause and state (leak, remedied, benign; at the "
+                    "end also minor, withdrawn)", labels,
                     count, cause=cause, state=state)
             for remedy, count in snap.remedies.items():
                 add("counter", PREFIX + "remedies_applied", "Remedies applied", labels, count, remedy=remedy)

@@ -41,10 +41,22 @@ class Guard:
 
 
 def warn(message: str, stacklevel: int = 2) -> None:
-    """Issue a LeakDoctorWarning. A warning filter that turns it into an exception (`-W error`, pytest's
-    `filterwarnings = error`) must not carry it into the user's loop: the message goes to stderr instead,
-    and what failed is already recorded (the summary's errors)."""
+    """Issue a LeakDoctorWarning at the user's line that led to it (the innermost frame of the user's own
+    code: `train.py:42`, not torch/optim/optimizer.py where a framework hook called the doctor); with no
+    user frame on the stack (another thread), `stacklevel` frames up, as warnings.warn counts. A warning
+    filter that turns it into an exception (`-W error`, pytest's `filterwarnings = error`) must not carry
+    it into the user's loop: the message goes to stderr instead, and what failed is already recorded (the
+    summary's errors)."""
+    from leakdoctor.integrations.source import user_frame
+
+    frame = user_frame(sys._getframe(1))
     try:
-        warnings.warn(message, LeakDoctorWarning, stacklevel=stacklevel)
+        if frame is None:
+            warnings.warn(message, LeakDoctorWarning, stacklevel=stacklevel)
+            return
+        where = frame.f_globals
+        warnings.warn_explicit(message, LeakDoctorWarning, frame.f_code.co_filename, frame.f_lineno,
+                               module=where.get("__name__"), registry=where.setdefault("__warningregistry__", {}),
+                               module_globals=where)
     except Exception:  # noqa: BLE001 - the filter raised the warning; the run goes on
         print(message, file=sys.stderr)

@@ -1,34 +1,44 @@
-"""The options a callback hands on to its doctors, checked when the callback is built: a misspelt name is
-a ValueError that names it and the valid ones (not a TypeError at the first fit), and every value is
-validated as the doctor would. The valid names are read from LeakDoctor's own signature, so an option the
-engine gains is valid for every callback at once."""
+"""Which names an entry point takes, checked when it is built: the options (leakdoctor.settings.OPTIONS)
+plus its own keyword arguments (`model=`, `optimizer=`, `log_prefix=`, ...). A misspelt name is an
+UnknownOptionError that suggests the nearest valid one, the same at every entry point; a bad value is a
+ValueError at construction, not at the first fit."""
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
-from leakdoctor.doctor import LeakDoctor
-from leakdoctor.integrations import Integration
-from leakdoctor.settings import Settings
+from leakdoctor.settings import NAMES, Settings, reject_unknown
 
-
-def _keywords(fn: Callable[..., Any]) -> set[str]:
-    return {name for name, p in inspect.signature(fn).parameters.items()
-            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and name != "self"}
+#: Not an option of the table: extra probes and forensics, which the framework doctors pass in.
+ENGINE_ONLY = ("integrations",)
 
 
-def check(where: str, options: Mapping[str, Any], own: Iterable[str] = ()) -> Settings:
-    """Refuse option names that neither LeakDoctor nor the callback (`own`) takes; validate the values;
-    return the settings they make."""
-    valid = _keywords(LeakDoctor.__init__) | set(own)
-    unknown = sorted(set(options) - valid)
-    if unknown:
-        raise ValueError(f"{where}: unknown option(s) {unknown}; valid options: {sorted(valid)}")
+def keywords(cls: type) -> set[str]:
+    """The keyword arguments of every __init__ along `cls`'s classes (`**options` left out)."""
+    named = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is not None and inspect.isfunction(init):
+            named |= {name for name, p in inspect.signature(init).parameters.items()
+                      if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and name != "self"}
+    return named
+
+
+def refuse_unknown(cls: type, options: Mapping[str, Any], own: Iterable[str] = ()) -> None:
+    """Raise UnknownOptionError for a name that is neither an option nor a keyword argument of `cls`."""
+    reject_unknown(f"{cls.__module__}.{cls.__qualname__}", options, NAMES | keywords(cls) | set(own))
+
+
+def check(cls: type, options: Mapping[str, Any], own: Iterable[str] = ()) -> Settings:
+    """A callback's check at construction: refuse unknown names (those of `cls` and `own` are valid),
+    validate the values as its doctors will, and return the settings they make."""
+    refuse_unknown(cls, options, {*own, *ENGINE_ONLY})
     integrations = options.get("integrations", ())
+    from leakdoctor.integrations import Integration
+
     if isinstance(integrations, (str, bytes)) or not isinstance(integrations, Iterable) \
             or not all(isinstance(part, Integration) for part in integrations):
-        raise ValueError(f"{where}: integrations={integrations!r}: expected a list of "
+        raise ValueError(f"{cls.__name__}: integrations={integrations!r}: expected a list of "
                          f"leakdoctor.integrations.Integration")
-    settings = _keywords(Settings.create)
-    return Settings.create(**{name: value for name, value in options.items() if name in settings})
+    return Settings.create(**{name: value for name, value in options.items() if name in NAMES})

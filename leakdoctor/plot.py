@@ -1,48 +1,172 @@
-"""A PNG of every series with the detection and remedy steps marked (the [plot] extra: matplotlib).
+"""A PNG of a run (the [plot] extra: matplotlib): resident memory, then one panel per growing series
+or series a finding is on, with the warm-up, each growth's onset and detection and each remedy marked
+and named in a legend beside the panel, so nothing is hidden behind the data or another mark. Axes read
+in steps and in human units (MiB/GiB, ms/s), never in offset notation; the title says the verdict and
+the steps.
+
 Uses matplotlib's object API without pyplot, so no global backend or figure state is touched."""
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
-    from leakdoctor.summary import Summary
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
-_SCALE = {"bytes": (2**20, "MiB"), "seconds": (1e-3, "ms"), "count": (1, "")}
+    from leakdoctor.summary import Finding, SeriesSummary, Summary
+
+#: Unit ladders: (size, suffix), largest first; a count has no suffix.
+UNITS: dict[str, tuple[tuple[float, str], ...]] = {
+    "bytes": ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "B")),
+    "seconds": ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")),
+}
+#: The colour of a finding's marks by its state.
+COLOURS = {"leak": "tab:red", "remedied": "tab:red", "minor": "tab:orange", "benign": "tab:blue",
+           "withdrawn": "0.5"}
+#: A panel's y axis spans at least this share of its largest value, so that a flat series reads flat
+#: instead of magnifying noise of a few bytes.
+MIN_SPAN = 0.02
 
 
 def plot_summary(summary: "Summary", path: str | os.PathLike[str]) -> None:
-    """One panel per series; dotted: growth onset, dashed: detection, solid green: remedy applied."""
+    """Write the summary's figure as a PNG."""
+    figure(summary).savefig(path, dpi=100)
+
+
+def figure(summary: "Summary") -> "Figure":
+    """The figure: a title with the verdict and the steps, and one panel per series worth showing."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
     except ImportError as err:
         raise ImportError("the plot needs matplotlib: pip install 'leakdoctor[plot]'") from err
-    series = {name: s for name, s in summary.series.items() if s.points}
-    fig = Figure(figsize=(9, 1.0 + 2.0 * max(1, len(series))))
+    names = shown(summary)
+    fig = Figure(figsize=(11, 1.3 + 2.3 * max(1, len(names))), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(max(1, len(series)), 1, sharex=True, squeeze=False)[:, 0]
-    for ax, (name, s) in zip(axes, series.items()):
-        scale, label = _SCALE.get(s.unit, (1, ""))
-        steps, values = zip(*s.points)
-        ax.plot(steps, [v / scale for v in values], lw=1.2)
-        ax.set_ylabel(f"{name}" + (f"\n({label})" if label else ""), fontsize=8)
-        ax.set_title(f"{name}: {s.trend}", fontsize=8, loc="left")
-        warmup = summary.settings.get("warmup")
-        if warmup:
-            ax.axvspan(0, warmup, color="0.9", lw=0)
-        for finding in summary.findings:
-            if finding.metric != name:
-                continue
-            color = "tab:blue" if finding.benign else "tab:red"
-            ax.axvline(finding.first_step, color=color, ls=":", lw=1)
-            ax.axvline(finding.detected_step, color=color, ls="--", lw=1, label=f"{finding.cause} detected")
-            if finding.remedy:
-                ax.axvline(finding.remedy.applied_step, color="tab:green", lw=1.5, label=f"{finding.remedy.name} applied")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="upper left")
+    axes = fig.subplots(max(1, len(names)), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, name in zip(axes, names):
+        _panel(ax, name, summary.series[name], summary)
+    if not names:
+        axes[0].text(0.5, 0.5, "no series recorded", ha="center", va="center", transform=axes[0].transAxes)
     axes[-1].set_xlabel("step")
-    fig.suptitle(f"leakdoctor: {summary.framework}, {summary.steps} steps, {summary.verdict}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 2.5, 5, 10]))
+    fig.suptitle(title(summary), fontsize=11)
+    return fig
+
+
+def title(summary: "Summary") -> str:
+    """'leakdoctor: LEAK (torch, 400 steps)', with the reason when the run was not watched enough."""
+    text = f"leakdoctor: {summary.verdict.upper()} ({summary.framework}, {summary.steps} steps)"
+    if summary.verdict == "unwatched" and summary.unwatched:
+        text += f"\n{summary.unwatched.get('reason', '')}"
+    return text
+
+
+def shown(summary: "Summary") -> list[str]:
+    """The series that get a panel, in the summary's order: resident memory first (what the run's memory
+    did, whatever else grew), then those that grow and those a finding is on; without resident memory,
+    the first series at least."""
+    with_points = [name for name, s in summary.series.items() if s.points]
+    marked = {f.metric for f in summary.findings}
+    first = ["rss_bytes"] if "rss_bytes" in with_points else with_points[:1]
+    return first + [name for name in with_points if name not in first and (
+        summary.series[name].trend == "growing" or name in marked)]
+
+
+def _panel(ax: "Axes", name: str, s: "SeriesSummary", summary: "Summary") -> None:
+    """One series with its marks, y axis in human units (whole numbers for a count), and a legend of
+    every mark beside it."""
+    from matplotlib.ticker import MaxNLocator
+
+    steps, raw = zip(*s.points)
+    scale, suffix = unit_of(s.unit, raw)
+    values = [v / scale for v in raw]  # plotted in the unit, so that the ticks fall on round numbers of it
+    ax.plot(steps, values, lw=1.2, color="tab:purple", label=f"{name} ({s.trend})", zorder=3)
+    warmup = summary.settings.get("warmup")
+    if warmup:
+        ax.axvspan(0, warmup, color="0.9", lw=0, zorder=0, label=f"warm-up: steps 0-{warmup}, not judged")
+    for finding in summary.findings:
+        if finding.metric == name:
+            _marks(ax, finding, s.unit, steps[-1])
+    ax.yaxis.set_major_formatter(unit_formatter(suffix))
+    if s.unit == "count":
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    judged = [v for step, v in zip(steps, values) if step >= (warmup or 0)] or values
+    ax.set_ylim(*y_limits(judged))  # fitted to the readings after warm-up: a first-step spike runs off the top
+    ax.set_title(f"{name}: {s.trend}", fontsize=9, loc="left")
+    ax.grid(alpha=0.3, lw=0.5)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+
+
+def _marks(ax: "Axes", f: "Finding", unit: str, last: int) -> None:
+    """A finding's marks: dotted at the growth's onset, dashed at its detection (drawn on top), and the
+    span from the remedy to the end of the run shaded green (hatched where the remedy did not work)."""
+    colour, state = COLOURS.get(f.final_state, "tab:red"), f.final_state
+    ax.axvline(f.first_step, color=colour, ls=":", lw=1.2, zorder=4, label=f"{f.cause}: growth began (step {f.first_step})")
+    ax.axvline(f.detected_step, color=colour, ls="--", lw=1.4, zorder=5,
+               label=f"{f.cause}: {'suspected' if state == 'withdrawn' else 'detected'} (step {f.detected_step})")
+    remedy = f.remedy
+    if remedy is not None:
+        worked = {True: "effective", False: "did not work", None: "not judged"}[remedy.effective]
+        after = f", then {_rate(remedy.rate_after, unit)}/step" if remedy.rate_after is not None else ""
+        ax.axvspan(remedy.applied_step, max(last, remedy.applied_step + 1), color="tab:green", alpha=0.12, lw=0,
+                   zorder=1, hatch=None if remedy.effective else "//",
+                   label=f"after {remedy.name} (step {remedy.applied_step}): {worked}{after}")
+
+
+def unit_of(unit: str, values: Sequence[float]) -> tuple[float, str]:
+    """The scale and suffix a series reads best in: the largest unit its biggest value fills."""
+    ladder = UNITS.get(unit)
+    if not ladder:
+        return 1.0, ""
+    top = max((abs(v) for v in values), default=0.0)
+    for size, suffix in ladder:
+        if top >= size:
+            return size, suffix
+    return ladder[-1]
+
+
+def unit_formatter(suffix: str) -> Any:
+    """A matplotlib tick formatter for values already in their unit: the fewest decimals that tell the
+    ticks apart exactly, then the suffix ('310 MiB', '1.25 GiB', '4.5 ms'); never an offset or a power
+    of ten."""
+    from matplotlib.ticker import Formatter
+
+    class UnitFormatter(Formatter):  # type: ignore[misc]
+        decimals = 0
+
+        def set_locs(self, locs: Sequence[float]) -> None:
+            super().set_locs(locs)
+            self.decimals = max((decimals(x) for x in locs), default=0)
+
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            text = f"{x:,.{self.decimals}f}"
+            return f"{text} {suffix}" if suffix else text
+
+    return UnitFormatter()
+
+
+def decimals(x: float, most: int = 6) -> int:
+    """The decimals that write `x` exactly (to a part in a million of it), at most `most`."""
+    for places in range(most):
+        if abs(round(x, places) - x) <= 1e-6 * max(1.0, abs(x)):
+            return places
+    return most
+
+
+def y_limits(values: Sequence[float]) -> tuple[float, float]:
+    """The y range: the data with a margin, at least MIN_SPAN of its largest magnitude wide."""
+    low, high = min(values), max(values)
+    span = max(high - low, MIN_SPAN * max(abs(low), abs(high))) or 1.0  # all zero: -0.55 to 0.55
+    middle = (low + high) / 2
+    return middle - 0.55 * span, middle + 0.55 * span
+
+
+def _rate(value: float, unit: str) -> str:
+    """A rate per step in the series' unit, short: '1.2 MiB', '0 B', '3'."""
+    scale, suffix = unit_of(unit, [value])
+    text = f"{value / scale:.3g}"
+    return f"{text} {suffix}" if suffix else text

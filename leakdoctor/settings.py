@@ -1,15 +1,18 @@
-"""Validated doctor settings. Every bad value fails here, at construction, with a ValueError that names
-the value and what would have been valid; nothing is validated later inside the user's loop."""
+"""The options of every doctor and callback, defined once (`OPTIONS`, at the end), and the validated
+`Settings` they make. Every bad value fails here, at construction, with a ValueError that names the value
+and what would have been valid, and a misspelt name with an UnknownOptionError that suggests the nearest
+one; nothing is validated later inside the user's loop. The README's "Options" table is `options_table()`."""
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence, TypedDict
 
 from leakdoctor import remedies as remedy_registry
 
@@ -19,102 +22,94 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb"
 
 @dataclass(frozen=True)
 class Settings:
-    """What a doctor was asked to do. Build with `Settings.create(...)`, which validates."""
+    """What a doctor was asked to do, validated: one field per option of `OPTIONS` (the definition), each
+    holding the checked value (`remedies` resolved to names, paths made absolute, `investigate_steps`
+    resolved from `window` when None). Build with `Settings.create(**options)`."""
 
-    remedies: tuple[str, ...] = ()
-    warmup: int = 20
-    window: int = 6
-    horizon: int = 100_000
-    memory_limit: float | None = None
-    alpha: float = 0.01
-    investigate_steps: int = 10
-    verify_windows: int = 8
-    overhead: float = 0.005
-    summary_path: Path | None = None
-    plot_path: Path | None = None
-    verbose: bool = True
-    rank: int = 0
-    on_limit: str | Callable[[Any], Any] = "warn"
-    limit_margin: int | float = 0.1
-    checkpoint: Callable[[], Any] | None = None
-    oom_snapshot: Path | None = None
-    prometheus_port: int | None = None
-    prometheus_host: str = "127.0.0.1"
+    remedies: tuple[str, ...]
+    summary_path: Path | None
+    plot_path: Path | None
+    warmup: int
+    window: int
+    horizon: int
+    memory_limit: float | None
+    alpha: float
+    investigate_steps: int
+    verify_windows: int
+    overhead: float
+    verbose: bool
+    rank: int
+    on_limit: str | Callable[[Any], Any]
+    limit_margin: int | float
+    checkpoint: Callable[[], Any] | None
+    oom_snapshot: Path | None
+    prometheus_port: int | None
+    prometheus_host: str
+    prometheus_linger: float
+    prometheus_pushgateway: str | None
 
     @classmethod
-    def create(
-        cls,
-        remedies: str | Sequence[str] = "off",
-        warmup: int = 20,
-        window: int = 6,
-        horizon: int = 100_000,
-        memory_limit: int | float | str | None = None,
-        alpha: float = 0.01,
-        investigate_steps: int | None = None,
-        verify_windows: int = 8,
-        overhead: float = 0.005,
-        summary_path: str | os.PathLike[str] | None = None,
-        plot_path: str | os.PathLike[str] | None = None,
-        verbose: bool = True,
-        rank: int = 0,
-        on_limit: str | Callable[[Any], Any] = "warn",
-        limit_margin: int | float = 0.1,
-        checkpoint: Callable[[], Any] | None = None,
-        oom_snapshot: str | os.PathLike[str] | None = None,
-        prometheus_port: int | None = None,
-        prometheus_host: str | None = None,
-    ) -> "Settings":
-        window = _int("window", window, minimum=1)
-        return cls(
-            remedies=remedy_registry.resolve(remedies),
-            warmup=_int("warmup", warmup, minimum=0),
-            window=window,
-            horizon=_int("horizon", horizon, minimum=1),
-            memory_limit=parse_bytes(memory_limit) if memory_limit is not None else None,
-            alpha=_probability("alpha", alpha),
-            investigate_steps=_int("investigate_steps", max(8, window) if investigate_steps is None else investigate_steps,
-                                   minimum=2),
-            verify_windows=_int("verify_windows", verify_windows, minimum=3),
-            overhead=_fraction("overhead", overhead),
-            summary_path=_writable("summary_path", summary_path),
-            plot_path=_writable("plot_path", plot_path),
-            verbose=_bool("verbose", verbose),
-            rank=_int("rank", rank, minimum=0),
-            on_limit=_on_limit(on_limit),
-            limit_margin=_margin(limit_margin),
-            checkpoint=_callable_or_none("checkpoint", checkpoint),
-            oom_snapshot=_writable("oom_snapshot", oom_snapshot),
-            prometheus_port=_port(prometheus_port, prometheus_host),
-            prometheus_host=_host(prometheus_host),
-        )
+    def create(cls, **options: Any) -> "Settings":
+        """Validate `options` (any of `OPTIONS`; the others take their defaults) and resolve the ones that
+        depend on another.
+
+        Raises:
+            UnknownOptionError: a name that is not an option (with the nearest valid one).
+            ValueError: a bad value, named with the valid ones.
+        """
+        reject_unknown("Settings", options, NAMES)
+        values = {o.name: o.check(o.name, options.get(o.name, o.default)) for o in OPTIONS}
+        if values["investigate_steps"] is None:
+            values["investigate_steps"] = max(8, values["window"])
+        if values["prometheus_host"] is not None and values["prometheus_port"] is None:
+            raise ValueError(f"prometheus_host={values['prometheus_host']!r} needs prometheus_port= (e.g. 9464)")
+        values["prometheus_host"] = values["prometheus_host"] or "127.0.0.1"
+        return cls(**values)
 
 
 def _int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name}={value!r}: expected an int >= {minimum}")
-    if value < minimum:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name}={value!r}: expected an int >= {minimum}")
     return value
 
 
-def _port(port: Any, host: Any) -> int | None:
+def _at_least(minimum: int, none: bool = False) -> Callable[[str, Any], int | None]:
+    """The check of an int option >= `minimum` (None allowed when `none`)."""
+    def check(name: str, value: Any) -> int | None:
+        return None if none and value is None else _int(name, value, minimum)
+
+    return check
+
+
+def _port(name: str, port: Any) -> int | None:
     """A TCP port for the Prometheus exporter (0: any free port), or None for no exporter."""
-    if port is None:
-        if host is not None:
-            raise ValueError(f"prometheus_host={host!r} needs prometheus_port= (e.g. 9464)")
-        return None
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ValueError(f"prometheus_port={port!r}: expected an int from 0 (any free port) to 65535, e.g. 9464")
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535):
+        raise ValueError(f"{name}={port!r}: expected an int from 0 (any free port) to 65535, e.g. 9464")
     return port
 
 
-def _host(host: Any) -> str:
-    """The address the exporter binds: loopback unless the user names another one."""
-    if host is None:
-        return "127.0.0.1"
-    if not isinstance(host, str) or not host.strip() or any(c.isspace() for c in host):
-        raise ValueError(f"prometheus_host={host!r}: expected an address such as '127.0.0.1' or '0.0.0.0'")
+def _host(name: str, host: Any) -> str | None:
+    """The address the exporter binds, when the user names one (None: loopback)."""
+    if host is not None and (not isinstance(host, str) or not host.strip() or any(c.isspace() for c in host)):
+        raise ValueError(f"{name}={host!r}: expected an address such as '127.0.0.1' or '0.0.0.0'")
     return host
+
+
+def _linger(name: str, seconds: Any) -> float:
+    """How long the exporter keeps serving the final values after finish() (0: stop at once)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf:
+        raise ValueError(f"{name}={seconds!r}: expected seconds >= 0 (0: stop serving at finish()), e.g. 20")
+    return float(seconds)
+
+
+def _pushgateway(name: str, url: Any) -> str | None:
+    """A Pushgateway to push the final values to at finish(): 'http://host:9091' or 'host:9091'."""
+    if url is None:
+        return None
+    if not isinstance(url, str) or not re.fullmatch(r"(https?://)?[^\s/:]+(:\d+)?(/\S*)?", url):
+        raise ValueError(f"{name}={url!r}: expected a Pushgateway URL such as "
+                         f"'http://127.0.0.1:9091', or None")
+    return url
 
 
 def _bool(name: str, value: Any) -> bool:
@@ -204,3 +199,149 @@ def _writable(name: str, value: str | os.PathLike[str] | None) -> Path | None:
     except OSError as err:
         raise ValueError(f"{name}={str(path)!r}: folder {str(path.parent)!r} is not writable: {err.strerror}") from None
     return path
+
+
+# --- the definition: every option of every doctor and callback, once ----------------------------------
+
+@dataclass(frozen=True)
+class Option:
+    """One option that every doctor and callback takes (and `leakdoctor run -o`, and the pytest plugin):
+    its name, default, one-line meaning, valid values (as the README's table says them), and the check
+    that turns a given value into the one `Settings` holds (a ValueError naming the value if it is bad)."""
+
+    name: str
+    default: Any
+    meaning: str
+    valid: str
+    check: Callable[[str, Any], Any]
+
+
+def _given(check: Callable[[Any], Any]) -> Callable[[str, Any], Any]:
+    """A check that names its option itself, taking (name, value) like the others."""
+    return lambda _name, value: check(value)
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("remedies", "off", "what the doctor may do about a leak: `off` detects and recommends, `safe` applies "
+           "semantics-preserving remedies, `all` the others too (README \"Remedies\")",
+           '`"off"`, `"safe"`, `"all"`, or a list of remedy names', _given(remedy_registry.resolve)),
+    Option("summary_path", None, "write the summary JSON here when the run ends (stderr if it cannot)",
+           "a file path (str or os.PathLike; its folder is created) or None", _writable),
+    Option("plot_path", None, "write a PNG of every series, with detections and remedies marked, when the run ends "
+           "(needs matplotlib)", "a file path or None", _writable),
+    Option("warmup", 20, "steps ignored at the start (imports, compiles, caches filling up)", "an int >= 0",
+           _at_least(0)),
+    Option("window", 6, "steps per detection window; a leak is suspected after several windows of growth",
+           "an int >= 1", _at_least(1)),
+    Option("horizon", 100_000, "steps over which a growth must matter (reach a material share of the headroom "
+           "to the memory limit) to be a leak", "an int >= 1", _at_least(1)),
+    Option("memory_limit", None, "the limit growth is judged and projected against; None: the tightest of RAM, "
+           "the cgroup limit and RLIMIT_AS/DATA", 'bytes > 0, a size such as `"8GiB"`, or None',
+           _given(lambda value: None if value is None else parse_bytes(value))),
+    Option("alpha", 0.01, "significance level of the trend test (lower: fewer, surer findings)",
+           "a number in (0, 0.5)", _probability),
+    Option("investigate_steps", None, "steps an investigation (the forensics) runs once a growth is suspected; "
+           "None: max(8, window)", "an int >= 2 or None", _at_least(2, none=True)),
+    Option("verify_windows", 8, "windows after a remedy over which its effect is judged", "an int >= 3",
+           _at_least(3)),
+    Option("overhead", 0.005, "the share of step time sampling may cost; the doctor samples less often to stay "
+           "under it (1.0: every step)", "a number in (0, 1]", _fraction),
+    Option("verbose", True, "print alerts and the summary on stderr (rank 0 only)", "True or False", _bool),
+    Option("rank", 0, "this process's rank: only rank 0 prints and writes (torch and Lightning set it)",
+           "an int >= 0", _at_least(0)),
+    Option("on_limit", "warn", "what to do when an unremedied leak is projected to reach the memory limit within "
+           "`limit_margin`: warn, stop the run (loops: `doctor.should_stop`), or call yours with the summary so far",
+           '`"warn"`, `"stop"`, or a callable', _given(_on_limit)),
+    Option("limit_margin", 0.1, "how early `on_limit` acts: steps before the limit (int), or a fraction of the "
+           "steps run so far (float)", "an int >= 0 or a float in (0, 1)", _given(_margin)),
+    Option("checkpoint", None, "called before `on_limit=\"stop\"` ends the run (Lightning and Keras also save "
+           "their own)", "a callable taking no arguments, or None", _callable_or_none),
+    Option("oom_snapshot", None, "where to dump the CUDA allocator snapshot if the run dies out of memory",
+           "a file path or None", _writable),
+    Option("prometheus_port", None, "serve the series and findings on http://HOST:PORT/metrics (+ LOCAL_RANK)",
+           "an int from 0 (any free port) to 65535, or None (no exporter)", _port),
+    Option("prometheus_host", None, "the address the exporter binds; None: 127.0.0.1",
+           "an address such as `\"0.0.0.0\"` (needs `prometheus_port`), or None", _host),
+    Option("prometheus_linger", 20.0, "seconds the final values stay served after `finish()` (20: one more scrape at a "
+           "15 s interval; 0: stop at once)", "a number >= 0",
+           _linger),
+    Option("prometheus_pushgateway", None, "push the final values to this Prometheus Pushgateway at `finish()`",
+           'a URL such as `"http://127.0.0.1:9091"`, or None', _pushgateway),
+)
+NAMES: frozenset[str] = frozenset(o.name for o in OPTIONS)
+
+
+class DoctorOptions(TypedDict, total=False):
+    """The options as keyword arguments (`**options: Unpack[DoctorOptions]`), for IDEs and type checkers;
+    tests/test_options.py keeps it equal to `OPTIONS`."""
+
+    remedies: str | Sequence[str]
+    summary_path: str | os.PathLike[str] | None
+    plot_path: str | os.PathLike[str] | None
+    warmup: int
+    window: int
+    horizon: int
+    memory_limit: int | float | str | None
+    alpha: float
+    investigate_steps: int | None
+    verify_windows: int
+    overhead: float
+    verbose: bool
+    rank: int
+    on_limit: str | Callable[[Any], Any]
+    limit_margin: int | float
+    checkpoint: Callable[[], Any] | None
+    oom_snapshot: str | os.PathLike[str] | None
+    prometheus_port: int | None
+    prometheus_host: str | None
+    prometheus_linger: float
+    prometheus_pushgateway: str | None
+
+
+class UnknownOptionError(ValueError, TypeError):
+    """An option name that the doctor or callback does not take. A ValueError, as documented for every bad
+    option, and a TypeError, as Python's own "unexpected keyword argument" is, so that either catches it.
+    The message names each unknown name and the nearest valid one (difflib), then every valid name."""
+
+    def __init__(self, where: str, unknown: Sequence[str], valid: Iterable[str]) -> None:
+        self.where, self.unknown, self.valid = where, list(unknown), sorted(valid)
+        names = "; ".join(_suggestion(name, self.valid) for name in self.unknown)
+        super().__init__(f"{where}: unknown option {names} (valid options: {', '.join(self.valid)})")
+
+
+def _suggestion(name: str, valid: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+    return f"{name!r}: did you mean {close[0]!r}?" if close else f"{name!r}"
+
+
+def reject_unknown(where: str, given: Iterable[str], valid: Iterable[str]) -> None:
+    """Raise UnknownOptionError, labelled `where`, if any name in `given` is not in `valid`."""
+    valid = set(valid)
+    unknown = [name for name in given if name not in valid]
+    if unknown:
+        raise UnknownOptionError(where, unknown, valid)
+
+
+def options_table() -> str:
+    """The README's "Options" table (markdown), generated from `OPTIONS`; tests/test_options.py checks that
+    the README holds this very table."""
+    rows = ["| option | default | meaning | valid values |", "| --- | --- | --- | --- |"]
+    rows += [f"| `{o.name}` | `{_shown(o.default)}` | {o.meaning} | {o.valid} |".replace("\n", " ") for o in OPTIONS]
+    return "\n".join(rows)
+
+
+def options_doc(indent: str = "        ") -> str:
+    """The options as Google-style argument lines (`name: meaning. Default: x; valid values.`), appended to
+    the docstring of every doctor and callback by `documented`."""
+    return "\n".join(f"{indent}{o.name}: {o.meaning}. Default: {_shown(o.default)}; {o.valid}.".replace("`", "")
+                     for o in OPTIONS)
+
+
+def documented(cls: type) -> type:
+    """Append the options to `cls`'s docstring, so that help() lists every one of them from `OPTIONS`."""
+    cls.__doc__ = f"{cls.__doc__.rstrip()}\n\n    Options (`**options`; README \"Options\"):\n{options_doc()}\n"
+    return cls
+
+
+def _shown(default: Any) -> str:
+    return f'"{default}"' if isinstance(default, str) else repr(default)

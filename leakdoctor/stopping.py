@@ -19,14 +19,11 @@ its steps are short.
 from __future__ import annotations
 
 import math
-import sys
-import warnings
 from typing import Any, Callable
 
 from leakdoctor import report
 from leakdoctor.detect import is_material
-from leakdoctor.guard import Guard, LeakDoctorWarning
-from leakdoctor.integrations.source import is_engine
+from leakdoctor.guard import Guard, warn
 from leakdoctor.monitor import Monitor
 from leakdoctor.settings import Settings
 from leakdoctor.summary import Finding, format_value
@@ -133,15 +130,3 @@ def _checkpoint_name(saved: Any, checkpoint: Callable[[], Any] | None) -> str | 
     if isinstance(saved, (str, bytes)) or hasattr(saved, "__fspath__"):
         return str(saved if not isinstance(saved, bytes) else saved.decode())
     return f"{getattr(checkpoint, '__qualname__', type(checkpoint).__name__)}()"
-
-
-def warn(message: str) -> None:
-    """A LeakDoctorWarning, shown at the user's line that called the doctor, that cannot end the run:
-    where warnings are errors, it goes to stderr."""
-    level, frame = 1, sys._getframe()
-    while frame is not None and is_engine(frame.f_code.co_filename):
-        level, frame = level + 1, frame.f_back
-    try:
-        warnings.warn(message, LeakDoctorWarning, stacklevel=level)
-    except Exception:  # noqa: BLE001 - `-W error` must not turn a warning into the end of the user's run
-        print(message, file=sys.stderr)

@@ -317,7 +317,7 @@ def remove_stale(path: Path) -> None:
 
 
 def format_value(value: float | None, unit: str) -> str:
-    """Human units: 1.5 MiB, 12 ms, 3.0."""
+    """Human units: 1.5 MiB, 12 ms, 0.35 µs, 3.0."""
     if value is None:
         return "-"
     if unit == "bytes":
@@ -326,8 +326,8 @@ def format_value(value: float | None, unit: str) -> str:
             if magnitude >= size:
                 return f"{value / size:.1f} {suffix}"
         return f"{value:.0f} B"
-    if unit == "seconds":
-        return f"{value * 1e3:.2f} ms"
+    if unit == "seconds":  # a slope of microseconds a step reads in µs, not as "0.00 ms"
+        return f"{value * 1e6:.2f} µs" if 0 < abs(value) < 5e-6 else f"{value * 1e3:.2f} ms"
     return f"{value:g}" if abs(value) >= 0.01 or value == 0 else f"{value:.2e}"
 
 
@@ -350,11 +350,8 @@ def render_text(summary: Summary) -> str:
         for f in (f for f in summary.findings if f.final_state == state):
             lines += [""] + _finding_lines(f)
     for name, label in (("step_seconds", "step time"), ("step_cpu_seconds", "CPU time per step")):
-        step_time = summary.series.get(name)
-        if step_time is not None and step_time.trend == "growing" and step_time.start \
-                and step_time.end is not None and step_time.end > step_time.start:
-            lines.append(f"{label} rose from {format_value(step_time.start, 'seconds')} to "
-                         f"{format_value(step_time.end, 'seconds')} ({step_time.end / step_time.start - 1:+.0%})")
+        line = step_time_line(label, summary.series.get(name))
+        lines += [line] if line else []
     for r in summary.ranks:
         lines.append(f"rank {r.get('rank')}: verdict {r.get('verdict')}, {len(r.get('findings', []))} finding(s)")
     if summary.projected_limit_step is not None:
@@ -369,6 +366,27 @@ def render_text(summary: Summary) -> str:
         paced = f" (a sample every {stride} step(s): a fast leak is found within ~{latency} steps)" if latency else ""
         lines.append(f"overhead: {overhead:.2%} of step time{paced}")
     return "\n".join(lines)
+
+
+#: A step time below this (10 µs) is at the clocks' resolution: no percentage is reckoned from it.
+MEANINGFUL_SECONDS = 1e-5
+#: A rise beyond this ratio is said in absolute terms only: "+2343%" from a near-empty step says nothing.
+MEANINGFUL_RATIO = 10.0
+
+
+def step_time_line(label: str, series: SeriesSummary | None) -> str | None:
+    """'step time rose from 5.2 ms to 6.1 ms (+17%)' when the series grows and its end is above its start;
+    the percentage only where both ends are meaningful (a start above the clock's resolution, a rise
+    less than tenfold); a growing trend whose last reading is no higher is said as a trend, not a rise."""
+    if series is None or series.trend != "growing" or series.end is None or series.start is None:
+        return None
+    start, end = format_value(series.start, "seconds"), format_value(series.end, "seconds")
+    if series.end <= series.start:
+        return (f"{label} trended up ({format_value(series.slope_per_step, 'seconds')}/step over the run), though "
+                f"its last reading ({end}) is no higher than its first after warm-up ({start})")
+    meaningful = series.start >= MEANINGFUL_SECONDS and series.end <= MEANINGFUL_RATIO * series.start
+    change = f" ({series.end / series.start - 1:+.0%})" if meaningful else ""
+    return f"{label} rose from {start} to {end}{change}"
 
 
 def _why(summary: Summary) -> str:

@@ -1,12 +1,16 @@
 """The Prometheus exporter (prometheus_port=): a real leaking torch loop read over HTTP from 127.0.0.1, a
 real Prometheus server scraping it, and the rules around it (loopback only, a registry per doctor, bad
-ports refused at construction, a port in use a warning, LOCAL_RANK offsets, nothing on unsampled steps)."""
+ports refused at construction, a port in use a warning, LOCAL_RANK offsets, nothing on unsampled steps);
+the end of the run: the final values served for the linger (also by a process that exits at once) and
+pushed to a real Pushgateway."""
 
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -60,8 +64,8 @@ def test_a_leaking_torch_loop_serves_its_series_finding_and_remedy_on_loopback_o
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(32, 16), torch.randn(32, 1)
-    doctor = TorchDoctor(model=model, optimizer=optimizer, remedies="all", prometheus_port=0, overhead=1.0,
-                         verbose=False)
+    doctor = TorchDoctor(model=model, optimizer=optimizer, remedies="all", prometheus_port=0, prometheus_linger=0,
+                         overhead=1.0, verbose=False)
     address = doctor._publisher.exporter.address
     assert address[0] == "127.0.0.1" and listening(address[1]) == [address]  # nothing on any other address
     during, hooks = None, 0
@@ -96,7 +100,7 @@ def test_a_leaking_torch_loop_serves_its_series_finding_and_remedy_on_loopback_o
 
 @pytest.mark.filterwarnings("ignore::leakdoctor.LeakDoctorWarning")  # on_limit="warn" says the same
 def test_a_growing_memory_leak_is_projected_to_the_memory_limit():
-    doctor = LeakDoctor(prometheus_port=0, overhead=1.0, memory_limit="2GiB", verbose=False)
+    doctor = LeakDoctor(prometheus_port=0, prometheus_linger=0, overhead=1.0, memory_limit="2GiB", verbose=False)
     kept = []
     for _ in range(120):
         kept.append(bytearray(400_000))  # 400 kB a step, kept
@@ -109,7 +113,7 @@ def test_a_growing_memory_leak_is_projected_to_the_memory_limit():
 
 
 def test_each_doctor_has_its_own_registry_and_server():
-    first, second = (LeakDoctor(prometheus_port=0, overhead=1.0, verbose=False) for _ in range(2))
+    first, second = (LeakDoctor(prometheus_port=0, prometheus_linger=0, overhead=1.0, verbose=False) for _ in range(2))
     first.watch("len(graph.nodes)", lambda: 7)
     for _ in range(5):
         first.step()
@@ -123,7 +127,7 @@ def test_each_doctor_has_its_own_registry_and_server():
 
 
 def test_unsampled_steps_publish_nothing():
-    doctor = LeakDoctor(prometheus_port=0, verbose=False)  # the default budget: a µs step is sampled rarely
+    doctor = LeakDoctor(prometheus_port=0, prometheus_linger=0, verbose=False)  # the default budget: sampled rarely
     calls = []
     publish = doctor._publisher.publish
     doctor._publisher.publish = lambda *args: (calls.append(args[0]), publish(*args))
@@ -172,7 +176,7 @@ def test_a_port_in_use_is_a_warning_and_training_goes_on():
 def test_each_local_rank_serves_base_port_plus_its_rank(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     port = free_port()
-    doctor = LeakDoctor(prometheus_port=port - 1, verbose=False)
+    doctor = LeakDoctor(prometheus_port=port - 1, prometheus_linger=0, verbose=False)
     try:
         assert doctor._publisher.exporter.address == ("127.0.0.1", port)
     finally:
@@ -199,7 +203,7 @@ def keras_fit_metrics() -> dict:
     x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
-    callback = LeakDoctorCallback(prometheus_port=0, overhead=1.0, verbose=False)
+    callback = LeakDoctorCallback(prometheus_port=0, prometheus_linger=0, overhead=1.0, verbose=False)
     model.fit(x, x[:, :1], epochs=2, batch_size=16, verbose=0, callbacks=[callback])
     address = callback.doctor._publisher.exporter.address
     samples = {f"{name}{dict(sorted(labels))}": v for (name, labels), v in scrape(address).items()}
@@ -222,7 +226,7 @@ def test_a_real_prometheus_scrapes_the_exporter(tmp_path):
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.skip("the prometheus binary is not installed (Debian: apt-get install prometheus)")
-    doctor = LeakDoctor(prometheus_port=0, overhead=1.0, verbose=False)
+    doctor = LeakDoctor(prometheus_port=0, prometheus_linger=0, overhead=1.0, verbose=False)
     for _ in range(30):
         doctor.step()
     target = "%s:%d" % doctor._publisher.exporter.address
@@ -257,3 +261,133 @@ def test_a_real_prometheus_scrapes_the_exporter(tmp_path):
     assert series["metric"]["__name__"] == "leakdoctor_rss_bytes" and series["metric"]["job"] == "leakdoctor"
     assert series["metric"]["framework"] == "python" and series["metric"]["rank"] == "0"
     assert float(series["value"][1]) > 10 * 2**20
+
+
+# --- to the end: the final values, served for the linger, pushed to a Pushgateway -------------------------
+
+def verdicts(samples: dict) -> dict[str, float]:
+    """{verdict: value} of leakdoctor_verdict."""
+    return {dict(labels)["verdict"]: v for (name, labels), v in samples.items() if name == "leakdoctor_verdict"}
+
+
+def test_the_final_values_are_served_for_the_linger_then_the_port_closes():
+    doctor = LeakDoctor(prometheus_port=0, prometheus_linger=1.5, verbose=False)  # a µs step: sampled rarely
+    address = doctor._publisher.exporter.address
+    for _ in range(3000):
+        doctor.step()
+    assert value(scrape(address), "leakdoctor_step") < 3000  # the last sample was some steps ago
+    finished = time.monotonic()
+    summary = doctor.finish()
+    after = scrape(address)  # after finish(): still served, with the end of the run
+    assert value(after, "leakdoctor_step", framework="python", rank="0") == summary.steps == 3000
+    assert verdicts(after) == {"clean": 1, "leak": 0, "remedied": 0, "unwatched": 0}
+    assert listening(address[1]) == [address]
+    while listening(address[1]) and time.monotonic() - finished < 10:
+        time.sleep(0.1)
+    assert 1.4 < time.monotonic() - finished < 5  # closed once the linger was over, not before
+    with pytest.raises(urllib.error.URLError):
+        scrape(address)
+
+
+LINGERING_SCRIPT = """
+import sys, time
+from leakdoctor import LeakDoctor
+doctor = LeakDoctor(prometheus_port=0, prometheus_linger=float(sys.argv[1]), verbose=False)
+for _ in range(2):
+    doctor.step()
+doctor.finish()
+print("%s:%d" % doctor._publisher.exporter.address, time.monotonic(), flush=True)
+"""
+
+
+def run_lingering(linger: float) -> tuple[subprocess.Popen, tuple[str, int]]:
+    """A script that finishes its doctor and exits at once; its exporter's address, once finished."""
+    process = subprocess.Popen([sys.executable, "-c", LINGERING_SCRIPT, str(linger)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    host, port = process.stdout.readline().split()[0].split(":")
+    return process, (host, int(port))
+
+
+def test_a_process_that_exits_after_finish_serves_the_linger_and_no_longer():
+    process, address = run_lingering(2.0)
+    started = time.monotonic()
+    try:
+        samples = scrape(address)  # the script is past its last line: the exit waits for the linger
+        assert value(samples, "leakdoctor_step") == 2
+        assert verdicts(samples)["unwatched"] == 1  # 2 steps are not enough to judge
+        assert process.wait(timeout=10) == 0
+        assert 1.0 < time.monotonic() - started < 6  # it waited out the linger, and not much more
+    finally:
+        process.kill()
+    process, address = run_lingering(600.0)  # a long linger: Ctrl-C ends the wait at once
+    try:
+        scrape(address)
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=10)
+        assert "Traceback" not in process.stderr.read()
+    finally:
+        process.kill()
+    with pytest.raises(urllib.error.URLError):
+        scrape(address)
+
+
+@pytest.fixture
+def pushgateway(tmp_path):
+    """A real Pushgateway (Debian's prometheus-pushgateway) on a free port: its URL."""
+    binary = shutil.which("prometheus-pushgateway") or shutil.which("pushgateway")
+    if binary is None:
+        pytest.skip("the Pushgateway binary is not installed (Debian: apt-get install prometheus-pushgateway)")
+    port = free_port()
+    server = subprocess.Popen([binary, f"--web.listen-address=127.0.0.1:{port}"], cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/-/ready", timeout=2).close()
+                break
+            except (urllib.error.URLError, ConnectionError):
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"the Pushgateway did not start: {server.stderr.read().decode()[-2000:]}")
+                time.sleep(0.2)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+@pytest.mark.filterwarnings("ignore::leakdoctor.LeakDoctorWarning")  # on_limit="warn" says the leak too
+def test_the_final_state_is_pushed_to_a_real_pushgateway(pushgateway):
+    doctor = LeakDoctor(prometheus_pushgateway=pushgateway, overhead=1.0, memory_limit="2GiB", verbose=False)
+    assert doctor._publisher.exporter.address is None  # a Pushgateway alone: no port is served
+    kept = []
+    for _ in range(123):
+        kept.append(bytearray(400_000))  # 400 kB a step, kept: a leak
+        doctor.step()
+    summary = doctor.finish()
+    assert summary.verdict == "leak" and not summary.errors, summary.text()
+    url = urllib.parse.urlsplit(pushgateway)
+    pushed = scrape((url.hostname, url.port))  # the Pushgateway's own /metrics
+    labels = {"job": "leakdoctor", "rank": "0", "framework": "python"}
+    assert value(pushed, "leakdoctor_step", **labels) == 123
+    assert verdicts(pushed) == {"clean": 0, "leak": 1, "remedied": 0, "unwatched": 0}
+    assert value(pushed, "leakdoctor_findings", cause="python_objects", state="leak", **labels) == 1
+
+
+def test_an_unreachable_pushgateway_is_reported_once_and_the_run_goes_on():
+    port = free_port()  # nothing listens there
+    doctor = LeakDoctor(prometheus_pushgateway=f"http://127.0.0.1:{port}", verbose=False)
+    for _ in range(30):
+        doctor.step()
+    with pytest.warns(LeakDoctorWarning, match="prometheus pushgateway failed"):
+        summary = doctor.finish()
+    assert summary.steps == 30 and [e["part"] for e in summary.errors] == ["prometheus pushgateway"]
+    with pytest.raises(ValueError, match="prometheus_pushgateway"):
+        LeakDoctor(prometheus_pushgateway="not a url")
+    for linger in (-1, float("inf"), "20", None):
+        with pytest.raises(ValueError, match="prometheus_linger"):
+            LeakDoctor(prometheus_port=0, prometheus_linger=linger)

@@ -189,7 +189,10 @@ def test_a_clean_fit_has_no_finding_logs_memory_and_trains_exactly_as_without(ba
     assert summary["verdict"] == "clean" and kept(summary) == [], summary["findings"]
     assert summary["steps"] == 2 and result["file"]["steps"] == 2  # the fit and the predict
     assert "(2 calls, 160 training batches)" in summary["notes"][0]  # 20 epochs of 8 batches
-    assert result["printed"].count("leakdoctor: keras, 1 steps, verdict CLEAN") == 1  # at the end of fit
+    # At the end of the fit, one line about it; the summary itself is printed once, at finish().
+    assert result["printed"].count("leakdoctor: fit() call 1") == 1, result["printed"]
+    assert "160 training batches, clean: nothing found" in result["printed"]
+    assert "verdict" not in result["printed"]
     with_, without = result["with"], result["without"]
     assert with_["history"]["loss"] == without["history"]["loss"]
     assert with_["history"]["val_loss"] == without["history"]["val_loss"]

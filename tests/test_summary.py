@@ -317,3 +317,87 @@ def test_a_proven_cause_too_slow_to_matter_is_kept_as_minor_and_an_unproven_one_
     assert dropped.state == "withdrawn" and dropped.reason
     summary = Summary("python", 400, {}, [kept, dropped])
     assert summary.verdict == "clean" and summary.minor == [kept]
+
+
+# --- the printed text of real runs: its structure, not its prose ------------------------------------------
+
+def torch_run(hooks: bool, remedies: str, steps: int = 150) -> Summary:
+    """A tiny torch loop; with `hooks`, a forward hook added every step and never removed."""
+    torch = pytest.importorskip("torch")
+    from leakdoctor.callbacks.torch import LeakDoctor
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 8), torch.randn(16, 1)
+    with LeakDoctor(model=model, optimizer=optimizer, remedies=remedies, overhead=1.0, verbose=False) as doctor:
+        for _ in range(steps):
+            if hooks:
+                model[1].register_forward_hook(lambda module, args, out: None)
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+            doctor.step()
+    return doctor.summary
+
+
+def state_tags(text: str) -> list[str]:
+    """The [STATE] tag of every finding line, in the order printed."""
+    return [line.split("]")[0] + "]" for line in text.splitlines() if line.startswith("[")]
+
+
+@pytest.mark.parametrize("hooks, remedies, verdict, tag", [(True, "off", "leak", "[LEAK]"),
+                                                           (True, "all", "remedied", "[REMEDIED]"),
+                                                           (False, "off", "clean", None)])
+def test_the_text_of_a_real_run_reads_verdict_why_then_findings_grouped_by_state(hooks, remedies, verdict, tag):
+    summary = torch_run(hooks, remedies)
+    assert summary.verdict == verdict, summary.text()
+    lines = summary.text().splitlines()
+    assert lines[0].startswith("leakdoctor: torch, 150 steps") and lines[0].endswith(f"verdict {verdict.upper()}")
+    assert lines[1].startswith("  why: ")
+    order = [f"[{state.upper()}]" for state in ("leak", "remedied", "minor", "benign", "withdrawn")]
+    tags = state_tags(summary.text())
+    assert tags == sorted(tags, key=order.index)  # grouped, in the order of the states
+    assert (tag in tags) if tag else not {"[LEAK]", "[REMEDIED]"} & set(tags)
+    first = next((i for i, line in enumerate(lines) if line.startswith("[")), len(lines))
+    assert all(not line.startswith("[") for line in lines[:first]) and first > 1
+
+
+def test_step_time_rises_only_when_it_rose_and_percentages_only_from_a_meaningful_start():
+    from leakdoctor.summary import step_time_line
+
+    def line(start: float, end: float, trend: str = "growing") -> str | None:
+        return step_time_line("step time", SeriesSummary("seconds", start, end, end, 1e-6, trend))
+
+    assert line(0.005, 0.006) == "step time rose from 5.00 ms to 6.00 ms (+20%)"
+    fell = line(0.00593, 0.00517)  # a growing trend whose last reading is lower: no "rose", no percentage
+    assert "rose" not in fell and "%" not in fell
+    assert "%" not in line(0.00002, 0.000489)  # a tenfold rise and more: said in absolute terms only
+    assert "%" not in line(0.000001, 0.000002)  # a start at the clock's resolution
+    assert line(0.005, 0.006, trend="flat") is None
+
+
+def test_a_leakdoctor_warning_points_at_the_users_line_not_into_the_framework():
+    """A doctor stepped from a framework's hook (as `leakdoctor run` steps it from torch's optimizer): the
+    warning of a failing gauge names the line of this file that called optimizer.step()."""
+    torch = pytest.importorskip("torch")
+    import torch.optim.optimizer as torch_optimizer
+
+    from leakdoctor import LeakDoctor, LeakDoctorWarning
+
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    doctor = LeakDoctor(overhead=1.0, verbose=False)
+    doctor.watch("bad", lambda: 1 / 0)
+    # the hook, as a framework's own code would hold it: its frame's file is torch's
+    hook = eval(compile("lambda *args: doctor.step()", torch_optimizer.__file__, "eval"), {"doctor": doctor})
+    handle = optimizer.register_step_post_hook(hook)
+    try:
+        with pytest.warns(LeakDoctorWarning, match="gauge 'bad' failed") as caught:
+            optimizer.step()  # THE-USER-LINE
+    finally:
+        handle.remove()
+        doctor.finish()
+    warning = next(w for w in caught if issubclass(w.category, LeakDoctorWarning))
+    assert warning.filename == __file__
+    assert "THE-USER-LINE" in open(__file__).read().splitlines()[warning.lineno - 1]

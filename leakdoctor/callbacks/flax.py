@@ -25,11 +25,15 @@ no state, params or optimizer state alive.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leakdoctor import doctor
 from leakdoctor.integrations import jax as jax_integration
 from leakdoctor.integrations.jax import OptimizerCall
+from leakdoctor.settings import DoctorOptions, documented
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 _MISSING = object()
 
@@ -38,16 +42,40 @@ def _is_transformation(tx: Any) -> bool:
     return isinstance(tx, tuple) and callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None))
 
 
+@documented
 class LeakDoctor(doctor.LeakDoctor):
-    """leakdoctor.LeakDoctor with JAX's probes, forensics, rules and the cond_to_where swap.
+    """The JAX loop doctor (Flax TrainState and NNX, bare Optax, Equinox): `leakdoctor.LeakDoctor` with
+    JAX's probes (live arrays, backend compiles), forensics, rules and the cond_to_where swap. Named
+    `LeakDoctor` like the engine and the other loop doctors (DESIGN.md: one class name, framework-specific
+    module), so the import alone says the framework.
 
-    tx: the optax GradientTransformation of a bare optax loop (then use `doctor.tx`). optimizer: a Flax
-    NNX `nnx.Optimizer`, with `model`, the module it updates. A Flax TrainState needs neither: pass it to
-    `step`. Other keyword arguments: see leakdoctor.LeakDoctor."""
+    Args:
+        tx: the optax GradientTransformation of a bare optax (or Equinox) loop, or None; then use
+            `doctor.tx` in the loop and call `doctor.step(opt_state=..., params=...)`.
+        optimizer: a Flax NNX `nnx.Optimizer`, with `model`; or None. A Flax TrainState needs neither:
+            pass it to `step`.
+        model: the `nnx.Module` that `optimizer` updates (given with it), or None.
+        **options: the shared options, below (README "Options").
+
+    Raises:
+        UnknownOptionError: an argument or option name it does not take, with the nearest valid one (a
+            ValueError and a TypeError both).
+        ValueError: a bad value, named with the valid ones.
+
+    Example:
+        >>> from leakdoctor.callbacks.flax import LeakDoctor
+        >>> with LeakDoctor(remedies="all") as doctor:  # doctest: +SKIP
+        ...     for x, y in batches:
+        ...         state, loss = train_step(state, x, y)
+        ...         state = doctor.step(state)  # the same state, or one whose tx a remedy rewrote
+        >>> doctor.summary.verdict  # doctest: +SKIP
+        'clean'
+    """
 
     framework = "jax"
 
-    def __init__(self, *, tx: Any = None, optimizer: Any = None, model: Any = None, **kwargs: Any) -> None:
+    def __init__(self, *, tx: Any = None, optimizer: Any = None, model: Any = None,
+                 **options: Unpack[DoctorOptions]) -> None:
         jax_integration.require()
         if tx is not None and not _is_transformation(tx):
             raise ValueError(f"tx={tx!r}: expected an optax GradientTransformation or None")
@@ -64,7 +92,7 @@ class LeakDoctor(doctor.LeakDoctor):
         self._originals: dict[int, tuple[Any, Any]] = {}
         self._now: tuple[Any, Any, Any] | None = None
         part = jax_integration.integration(lambda: self._optimizer_call(*self._now) if self._now else None)
-        super().__init__(integrations=[part, *kwargs.pop("integrations", ())], **kwargs)
+        super().__init__(integrations=[part, *options.pop("integrations", ())], **options)
 
     @property
     def tx(self) -> Any:

@@ -22,9 +22,10 @@ join the history as findings of that call, their rates per call.
 
 At each epoch end the fit's latest readings go into `logs` as `<log_prefix>/<metric>`, so CSVLogger,
 TensorBoard and History record them: list LeakDoctorCallback before them. At the end of every fit the
-cumulative summary is written to `summary_path` (atomically) and printed if `verbose` and the fit's own
-verbose is not 0; the doctor keeps running. `finish()` (or interpreter exit) ends it: the final summary
-is written, plotted to `plot_path` and printed. Copies of the callback are the callback itself
+cumulative summary is written to `summary_path` (atomically), and one line about the fit is printed if
+`verbose` and the fit's own verbose is not 0; the doctor keeps running. `finish()` ends it (so do
+interpreter exit, SIGTERM and the callback's collection, through the across-calls doctor's own
+lifecycle): the final summary is written, plotted to `plot_path` and printed, once per run. Copies of the callback are the callback itself
 (KerasTuner deep-copies callbacks for every trial), so trials share one history too.
 
 With `on_limit="stop"`, when a fit's unremedied leak is projected to reach the memory limit within the
@@ -37,20 +38,67 @@ hook: use the callback as a context manager (`with LeakDoctorCallback(...) as do
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import sys
-from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from leakdoctor import doctor, oom, termination
+from leakdoctor import doctor, termination
 from leakdoctor import options as doctor_options
 from leakdoctor.exporter import Publisher
 from leakdoctor.guard import Guard
 from leakdoctor.integrations import Integration
 from leakdoctor.integrations import keras as keras_integration
+from leakdoctor.settings import DoctorOptions, documented, reject_unknown
 from leakdoctor.summary import Finding, Summary, format_value
+
+#: Keras backends an extra of leakdoctor installs, with that extra.
+BACKEND_EXTRAS = {"jax": "keras-jax", "torch": "keras-torch"}
+KERAS_BACKENDS = ("tensorflow", "jax", "torch", "numpy", "openvino")
+
+
+def _require_keras() -> Any:
+    """The keras module. Keras installed without the backend it is set to (KERAS_BACKEND, else keras.json,
+    else tensorflow) fails at its own import with a bare ModuleNotFoundError or ValueError: that becomes an
+    ImportError that names the backend and the extras that bring one (`pip install ".[keras-jax]"`)."""
+    import importlib.util
+    import json
+    import os
+
+    try:
+        return keras_integration.require()
+    except (ImportError, ValueError) as err:
+        cause = err.__cause__ if isinstance(err, ImportError) else err
+        missing = getattr(cause, "name", None) or ""
+        if importlib.util.find_spec("keras") is None or missing.split(".")[0] == "keras" \
+                or not isinstance(cause, (ModuleNotFoundError, ValueError)) \
+                or (isinstance(cause, ValueError) and "backend" not in str(cause)):
+            raise
+        home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+        asked, where = os.environ.get("KERAS_BACKEND"), "KERAS_BACKEND"
+        if not asked:
+            try:
+                with open(os.path.join(home, "keras.json")) as file:
+                    asked, where = json.load(file).get("backend"), os.path.join(home, "keras.json")
+            except (OSError, ValueError, AttributeError):
+                asked = None
+        asked, where = (asked, where) if asked else ("tensorflow", "Keras's default")
+        here = [name for name in BACKEND_EXTRAS if name != asked and name not in sys.modules
+                and importlib.util.find_spec(name) is not None]
+        extras = " or ".join(f'pip install ".[{extra}]" (then KERAS_BACKEND={name})'
+                             for name, extra in BACKEND_EXTRAS.items())
+        raise ImportError(
+            f"leakdoctor's Keras callback: Keras is installed but cannot import its backend {asked!r} (from "
+            f"{where}): {cause}. Install Keras with a backend, from the leakdoctor checkout: {extras}"
+            + (f"; or install {asked} itself" if asked in KERAS_BACKENDS else
+               f"; {asked!r} is no Keras backend ({', '.join(KERAS_BACKENDS)})") + (f"; or use one installed here: KERAS_BACKEND={here[0]}" if here else "")) from err
+
+
+if TYPE_CHECKING:
+    import keras
+    from typing_extensions import Unpack
+else:
+    keras = _require_keras()  # without Keras 3 or its backend: an ImportError that names the extra
 
 #: The across-calls doctor's settings, in calls: warm-up over the first imports and compiles, one call
 #: per window, an investigation over 4 calls, a remedy judged after 6, and growth that matters within
@@ -58,34 +106,55 @@ from leakdoctor.summary import Finding, Summary, format_value
 CALL_DEFAULTS: Mapping[str, int] = {"warmup": 3, "window": 1, "investigate_steps": 4, "verify_windows": 6,
                                     "horizon": 10_000}
 _KINDS = {"train": "fit", "test": "evaluate", "predict": "predict"}
+#: Options for the across-calls doctor alone: it writes, plots and serves the callback's one summary.
+_RUN_ONLY = ("summary_path", "plot_path", "prometheus_port", "prometheus_host", "prometheus_linger",
+             "prometheus_pushgateway")
 
 
 class KerasDoctor(doctor.LeakDoctor):
-    """The engine with the Keras integrations; it neither writes nor prints its own summary (the callback
-    writes one summary of both clocks). `label` prefixes its messages; forensics named in `without` are
-    left out. `publisher`: the callback's Prometheus feed for this doctor's clock (the across-calls
-    doctor, which serves it, labels its own `clock="call"`)."""
+    """The engine with the Keras integrations, for one of the callback's two clocks. With `record` it is
+    the across-calls doctor, which owns the callback's run: its summary is completed with the record into
+    the callback's cumulative one, and its own lifecycle writes, plots and prints that once (at finish(),
+    at exit, on SIGTERM, when collected). Without, it is a fit's doctor: it neither writes nor prints (its
+    findings join the record), and the across-calls doctor finishes it, on SIGTERM too. `label` prefixes
+    its messages; forensics named in `without` are left out; `publisher`: a feed of the across-calls
+    doctor's /metrics server for this doctor's clock."""
 
     framework = "keras"
 
     def __init__(self, calls: keras_integration.Calls, label: str, model: Any = None, without: tuple[str, ...] = (),
-                 publisher: Publisher | None = None, **options: Any) -> None:
+                 publisher: Publisher | None = None, record: _Record | None = None, **options: Any) -> None:
+        self.label, self._without, self._feed, self._record = label, without, publisher, record
         parts: list[Integration] = [keras_integration.integration(calls),
                                     *keras_integration.backend_integrations(model)]
-        self.label = label
         super().__init__(integrations=[*parts, *options.pop("integrations", ())], **options)
-        practice = self._clinic.practice
-        practice.forensics = [f for f in practice.forensics if f.name not in without]
         if keras_integration.is_users(model):  # a subclassed model's list/dict attributes are counted
             self.watch_object(model)
-        termination.unregister(self)  # the callback finishes it, on SIGTERM too
+        if record is None:
+            termination.unregister(self)
+
+    def _forensics(self, parts: Any) -> list[Any]:
+        return [f for f in super()._forensics(parts) if f.name not in self._without]
+
+    def _new_publisher(self) -> Publisher | None:
+        if self._feed is not None:
+            return self._feed
+        publisher = super()._new_publisher()
         if publisher is not None:
-            self._publisher = publisher
-        elif self._publisher is not None:
-            self._publisher.labels["clock"] = "call"
+            publisher.labels["clock"] = "call"
+        return publisher
+
+    def _complete(self, summary: Summary, exception: BaseException | None) -> Summary:
+        """The across-calls doctor's summary is the callback's: a call still open ends (it raised, or the
+        run ends meanwhile), and every fit's findings join the calls' own."""
+        if self._record is None:
+            return summary
+        self._record.guard.call("keras callback", self._record.abandon, self.steps + 1, exception)
+        return self._record.cumulative(summary)
 
     def _emit(self, summary: Summary) -> None:
-        pass
+        if self._record is not None:
+            super()._emit(summary)
 
     def _say(self, message: str) -> None:
         super()._say(f"{self.label}, {message}")
@@ -116,228 +185,66 @@ class _Fit:
                                                 "reason": f"{label}: {summary.stopped['reason']}"},
                    oom=summary.oom and {**summary.oom, "step": number, "batch": summary.oom["step"]})
 
-
-class _Hooks:
-    """What LeakDoctorCallback does; the class itself adds keras.callbacks.Callback as its base."""
-
-    def __init__(self, *, remedies: Any = "off", summary_path: Any = None, plot_path: Any = None,
-                 verbose: bool = True, log_prefix: str = "leakdoctor", call_options: Mapping[str, Any] | None = None,
-                 **options: Any) -> None:
-        super().__init__()
-        keras_integration.require()
-        if not isinstance(log_prefix, str) or not log_prefix:
-            raise ValueError(f"log_prefix={log_prefix!r}: expected a non-empty string such as 'leakdoctor'")
-        if call_options is not None and not isinstance(call_options, Mapping):
-            raise ValueError(f"call_options={call_options!r}: expected a dict of settings such as {dict(CALL_DEFAULTS)}")
-        unknown = sorted(set(call_options or {}) - set(CALL_DEFAULTS))
-        if unknown:
-            raise ValueError(f"call_options: unknown setting(s) {unknown}: valid ones are {sorted(CALL_DEFAULTS)}")
-        self._batch_options = dict(remedies=remedies, verbose=verbose, **options)
-        self._call_options = {**self._batch_options, **CALL_DEFAULTS, **(call_options or {})}
-        if self._call_options.get("on_limit") == "stop":  # a callback cannot stop the loop of calls
-            self._call_options.update(on_limit="warn", checkpoint=None)
-        # bad names and values fail here, not at the first fit
-        settings = doctor_options.check("LeakDoctorCallback", dict(summary_path=summary_path, plot_path=plot_path,
-                                                                   **self._batch_options),
-                                        own=("log_prefix", "call_options"))
-        doctor_options.check("LeakDoctorCallback", self._call_options)
-        self.settings = settings
-        self.log_prefix = log_prefix
-        self._guard = Guard()
-        self._calls = keras_integration.Calls()
-        self._fit: _Fit | None = None
-        self._fits: list[_Fit] = []
-        self._fit_probe_seconds = 0.0
-        self._watched_fits = 0  # fits whose batches were watched long enough for a verdict
-        self._open: list[str] = []
-        self._notes: list[str] = []
-        self._batches = 0
-        self._result: Summary | None = None
-        # No tracemalloc across calls: a trace of whole calls leaves the heap fragmented, and resident
-        # memory steps up by megabytes for good (measured with JAX), which this doctor would then see as
-        # growth. The models probe and the gc census name what piles up across calls instead.
-        self.doctor = KerasDoctor(self._calls, "across calls", without=("tracemalloc",), **self._call_options)
-        # The across-calls doctor serves /metrics for the callback's life; each fit's doctor feeds it too.
-        self._fit_publisher = self.doctor._publisher and self.doctor._publisher.sibling(clock="batch")
-        self._batch_options = {k: v for k, v in self._batch_options.items() if not k.startswith("prometheus_")}
-        self._atexit = partial(_finish_at_exit, self)  # held by atexit until finish(), so an unfinished callback still writes
-        atexit.register(self._atexit)
-        termination.register(self)  # on SIGTERM: finish(SIGTERM), noted in the across-calls doctor's summary
-
-    # --- what users call -----------------------------------------------------------------------------
-
-    @property
-    def summary(self) -> Summary:
-        """The cumulative summary: final after `finish()`, else a snapshot of every call so far."""
-        if self._result is not None:
-            return self._result
-        return self._cumulative()
-
-    def finish(self, exception: BaseException | None = None) -> Summary:
-        """End the callback: conclude what is pending, write, plot and print the final summary. Safe to call
-        more than once; the instance ignores later fit/predict calls. `exception`: what ended the run, if
-        anything (an out-of-memory error gets its post-mortem)."""
-        if self._result is not None:
-            return self._result
-        atexit.unregister(self._atexit)
-        self._guard.call("keras callback", self._abandon, exception)
-        final = self.doctor.finish(exception)
-        self._result = self._cumulative(final)
-        self._write(self._result)
-        if self.settings.plot_path is not None:
-            self._guard.call("plot", self._result.plot, self.settings.plot_path)
-        if self.settings.verbose and self.settings.rank == 0 and self.doctor.steps:
-            print(self._result.text(), file=sys.stderr)
-        termination.unregister(self)  # only now: a SIGTERM while finishing still finds it
-        return self._result
-
-    def __copy__(self) -> "_Hooks":
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> "_Hooks":
-        """The instance itself: KerasTuner deep-copies the callbacks of every trial, and a copy would split
-        the one history that makes growth across trials visible."""
-        return self
-
-    def __enter__(self) -> "_Hooks":
-        return self
-
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        self.finish(exc)
-        return False
-
-    # --- Keras hooks ---------------------------------------------------------------------------------
-
-    def on_train_begin(self, logs: Any = None) -> None:
-        self._guard.call("keras callback", self._begin, "train")
-
-    def on_test_begin(self, logs: Any = None) -> None:
-        self._guard.call("keras callback", self._begin, "test")
-
-    def on_predict_begin(self, logs: Any = None) -> None:
-        self._guard.call("keras callback", self._begin, "predict")
-
-    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-        """The step of the previous batch ends here. Stepping at a batch's begin rather than its end keeps
-        Keras's batch-end callbacks asynchronous (it runs them in a thread pool unless a callback overrides
-        a batch-end hook), and with them the loss's copy to the host off the training thread."""
-        fit = self._fit
-        if fit is not None and len(self._open) == 1:
-            self._step_batch(fit)
-            fit.pending = True
-            self._batches += 1
-
-    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-        if self._fit is not None:
-            self._step_batch(self._fit)  # the epoch's last batch
-        if self._fit is not None and isinstance(logs, dict):
-            readings = self._guard.call("keras callback", lambda: self._fit.doctor.readings, default={})
-            logs.update({f"{self.log_prefix}/{name}": value for name, value in readings.items()
-                         if not name.startswith("len(")})  # container sizes stay in the summary
-
-    def on_train_end(self, logs: Any = None) -> None:
-        self._guard.call("keras callback", self._end, "train")
-
-    def on_test_end(self, logs: Any = None) -> None:
-        self._guard.call("keras callback", self._end, "test")
-
-    def on_predict_end(self, logs: Any = None) -> None:
-        self._guard.call("keras callback", self._end, "predict")
-
-    # --- calls -------------------------------------------------------------------------------------
-
-    def _begin(self, kind: str) -> None:
-        if self._result is not None:
-            return
-        if self._open and (kind == "train" or self._open[0] != "train"):  # the previous call raised
-            self._abandon()
-        self._open.append(kind)
-        if len(self._open) > 1:  # validation inside fit, or a call from a callback: part of the call
-            return
-        site = keras_integration.caller_site()
-        self._calls.begin(_KINDS[kind], self._model, site)
-        if kind == "train":
-            number = self.doctor.steps + 1
-            label = f"fit() call {number}" + (f" at {site}" if site else "")
-            options = {**self._batch_options, "oom_snapshot": None}  # the across-calls doctor records it
-            if options.get("on_limit") == "stop":
-                options["checkpoint"] = self._saver(number, options.get("checkpoint"))
-            self._fit = _Fit(number, KerasDoctor(self._calls, label, self._model, publisher=self._fit_publisher,
-                                                 **options))
-
-    def _end(self, kind: str) -> None:
-        if self._result is not None or not self._open or self._open[-1] != kind:
-            return
-        self._open.pop()
-        if self._open:
-            return
-        self._end_fit()
-        self._calls.end(self._model)
+    def take_step(self) -> bool:
+        """The pending batch's step, if one is pending; True when the fit's doctor wants the fit stopped."""
+        if not self.pending or self.doctor is None:
+            return False
+        self.pending = False
         self.doctor.step()
-        self._model = None  # the callback keeps no model alive between calls
-        shown = self.settings.verbose and self.settings.rank == 0 and (self.params or {}).get("verbose", 1) != 0
-        if kind == "train" and (shown or self.settings.summary_path is not None):
-            summary = self._cumulative()
-            self._write(summary)
-            if shown:
-                print(summary.text(), file=sys.stderr)
+        return self.doctor.should_stop
 
-    def _abandon(self, exception: BaseException | None = None) -> None:
-        """A call that began and never ended (it raised, or was interrupted): note it, end its fit doctor."""
-        if self._open:
-            self._notes.append(f"call {self.doctor.steps + 1}, {_KINDS[self._open[0]]}() at {self._calls.site}, "
-                               f"did not return (it raised, or was interrupted)")
-            self._open.clear()
-            self._end_fit(exception)
 
-    def _step_batch(self, fit: _Fit) -> None:
-        if fit.pending and fit.doctor is not None:
-            fit.pending = False
-            fit.doctor.step()
-            if fit.doctor.should_stop and self._model is not None:
-                self._model.stop_training = True
+@dataclasses.dataclass(eq=False)
+class _Record:
+    """What the callback knows beyond its across-calls doctor's series: the calls open now, the fit that
+    runs and the fits that left something (findings, notes, errors), and counts. The callback and that
+    doctor share it; it holds neither, so the doctor's exit and SIGTERM handlers keep no callback alive."""
 
-    def _saver(self, number: int, user: Callable[[], Any] | None) -> Callable[[], str]:
-        """The checkpoint on_limit="stop" takes in fit `number`: the user's `checkpoint=` (guarded), then the
-        model, saved as a .keras file next to the summary (else in the working directory)."""
-        def save() -> str:
-            if user is not None:
-                self._guard.call("checkpoint", user)
-            folder = self.settings.summary_path.parent if self.settings.summary_path else Path.cwd()
-            batch = self._fit.doctor.steps if self._fit and self._fit.doctor else self._batches
-            path = folder / f"leakdoctor-stop-fit{number}-batch{batch}.keras"
-            self.model.save(path)  # `model`, not `_model`: on JAX it syncs the state of the running fit first
-            return str(path)
+    calls: keras_integration.Calls
+    guard: Guard
+    fit: _Fit | None = None
+    fits: list[_Fit] = dataclasses.field(default_factory=list)
+    open: list[str] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+    batches: int = 0
+    watched_fits: int = 0  # fits whose batches were watched long enough for a verdict
+    fit_probe_seconds: float = 0.0
 
-        return save
-
-    def _end_fit(self, exception: BaseException | None = None) -> None:
-        """Finish the current fit's doctor and keep what the cumulative summary needs of it."""
-        fit, self._fit = self._fit, None
+    def end_fit(self, exception: BaseException | None = None) -> Summary | None:
+        """Finish the current fit's doctor, keep what the cumulative summary needs of it, and return its
+        summary (None when no fit runs)."""
+        fit, self.fit = self.fit, None
         if fit is None or fit.doctor is None:
-            return
-        self._step_batch(fit)
+            return None
+        fit.take_step()
         batches = fit.doctor.finish(exception)
-        self._watched_fits += batches.unwatched is None
+        self.watched_fits += batches.unwatched is None
         ended = _Fit.ended(fit.number, fit.doctor.label, batches)
-        self._fit_probe_seconds += ended.probe_seconds
+        self.fit_probe_seconds += ended.probe_seconds
         if ended.findings or ended.notes or ended.errors or ended.stopped or ended.oom:  # a clean fit leaves nothing
-            self._fits.append(dataclasses.replace(ended, probe_seconds=0.0))
+            self.fits.append(dataclasses.replace(ended, probe_seconds=0.0))
+        return batches
 
-    # --- the cumulative summary ----------------------------------------------------------------------
+    def abandon(self, call: int, exception: BaseException | None = None) -> None:
+        """A call (number `call`) that began and never ended (it raised, or was interrupted): note it, end
+        its fit doctor."""
+        if self.open:
+            self.notes.append(f"call {call}, {_KINDS[self.open[0]]}() at {self.calls.site}, did not return (it "
+                              f"raised, or was interrupted)")
+            self.open.clear()
+            self.end_fit(exception)
 
-    def _cumulative(self, calls: Summary | None = None) -> Summary:
-        """The across-calls summary, with the findings of every fit's batches on the clock of calls."""
-        calls = calls or self.doctor.summary
+    def cumulative(self, calls: Summary) -> Summary:
+        """The across-calls summary `calls`, with the findings of every fit's batches on the clock of calls."""
         findings = list(calls.findings)
         keys = {f.key for f in findings}
-        notes = list(calls.notes) + self._notes
-        errors = list(calls.errors) + [{"part": "callback " + e["part"], "error": e["error"]} for e in self._guard.errors]
-        probe_seconds = calls.overhead.get("probe_seconds", 0.0) + self._fit_probe_seconds
-        running = self._fit
+        notes = list(calls.notes) + self.notes
+        errors = list(calls.errors) + [{"part": "callback " + e["part"], "error": e["error"]} for e in self.guard.errors]
+        probe_seconds = calls.overhead.get("probe_seconds", 0.0) + self.fit_probe_seconds
+        running = self.fit
         batches = running.doctor.summary if running and running.doctor else None
         now = [_Fit.ended(running.number, running.doctor.label, batches)] if running and batches else []
-        for fit in self._fits + now:
+        for fit in self.fits + now:
             for finding in fit.findings:
                 if finding.key not in keys:
                     keys.add(finding.key)
@@ -349,24 +256,207 @@ class _Hooks:
         overhead = {**calls.overhead, "probe_seconds": probe_seconds,
                     "fraction_of_step_time": probe_seconds / total if total else 0.0}
         notes.insert(0, f"steps are fit/evaluate/predict calls ({_count(calls.steps, 'call')}, "
-                        f"{_count(self._batches, 'training batch')}); the series hold one reading at the end of "
+                        f"{_count(self.batches, 'training batch')}); the series hold one reading at the end of "
                         f"each call")
-        fits = self._fits + now
+        fits = self.fits + now
         stopped = next((fit.stopped for fit in fits if fit.stopped), calls.stopped)
         died = next((fit.oom for fit in reversed(fits) if fit.oom), calls.oom)
-        watched = self._watched_fits or (batches is not None and batches.unwatched is None)
+        watched = self.watched_fits or (batches is not None and batches.unwatched is None)
         return dataclasses.replace(calls, findings=findings, notes=notes, errors=errors, overhead=overhead,
                                    stopped=stopped, oom=died, unwatched=None if watched else calls.unwatched)
 
-    def _write(self, summary: Summary) -> None:
-        path = self.settings.summary_path
-        if path is None or "summary_path" in self._guard.off:
+
+@documented
+class LeakDoctorCallback(keras.callbacks.Callback):
+    """A Keras callback that watches memory across fit/evaluate/predict calls and within each fit, names
+    leaks, remedies them when allowed (`remedies=`) and writes one summary for the run (see the module's
+    docstring for the two clocks). One instance may be reused across many calls; copies are the instance.
+
+    The summary is printed once per run, at `finish()` (or at interpreter exit, on SIGTERM, or when the
+    callback is dropped); at the end of each fit, a one-line account of the fit (when the fit's own
+    `verbose` is not 0) and the cumulative summary is written to `summary_path`.
+
+    Args:
+        log_prefix: the prefix of the readings added to the epoch's `logs` (`leakdoctor/rss_bytes`).
+        call_options: the across-calls doctor's settings, counted in calls (`CALL_DEFAULTS`: warmup,
+            window, investigate_steps, verify_windows, horizon); None: the defaults.
+        **options: the shared options, below (README "Options"); `warmup`, `window` and the like count
+            the batches of each fit. `on_limit="stop"` stops the fit (after saving the model).
+
+    Raises:
+        UnknownOptionError: an argument, option or `call_options` name it does not take, with the
+            nearest valid one (a ValueError and a TypeError both).
+        ValueError: a bad value, named with the valid ones.
+        ImportError: at import of this module, when Keras 3 is not installed.
+
+    Example:
+        >>> from leakdoctor.callbacks.keras import LeakDoctorCallback
+        >>> doctor = LeakDoctorCallback(remedies="all", summary_path="leaks.json")  # doctest: +SKIP
+        >>> for units in (32, 64, 128):  # doctest: +SKIP
+        ...     build(units).fit(x, y, epochs=5, callbacks=[doctor])
+        >>> doctor.finish().verdict  # doctest: +SKIP
+        'remedied'
+    """
+
+    def __init__(self, *, log_prefix: str = "leakdoctor", call_options: Mapping[str, Any] | None = None,
+                 **options: Unpack[DoctorOptions]) -> None:
+        super().__init__()
+        if not isinstance(log_prefix, str) or not log_prefix:
+            raise ValueError(f"log_prefix={log_prefix!r}: expected a non-empty string such as 'leakdoctor'")
+        if call_options is not None and not isinstance(call_options, Mapping):
+            raise ValueError(f"call_options={call_options!r}: expected a dict of settings such as {dict(CALL_DEFAULTS)}")
+        reject_unknown("LeakDoctorCallback(call_options=...)", call_options or {}, CALL_DEFAULTS)
+        self.settings = doctor_options.check(type(self), options)  # bad names and values fail here, not at the first fit
+        across = {**options, **CALL_DEFAULTS, **(call_options or {})}
+        if across.get("on_limit") == "stop":  # a callback cannot stop the loop of calls
+            across.update(on_limit="warn", checkpoint=None)
+        doctor_options.check(type(self), across)
+        self.log_prefix = log_prefix
+        self._fit_options = {k: v for k, v in options.items() if k not in _RUN_ONLY}
+        self._record = _Record(keras_integration.Calls(), Guard())
+        # No tracemalloc across calls: a trace of whole calls leaves the heap fragmented, and resident
+        # memory steps up by megabytes for good (measured with JAX), which this doctor would then see as
+        # growth. The models probe and the gc census name what piles up across calls instead.
+        self.doctor = KerasDoctor(self._record.calls, "across calls", without=("tracemalloc",), record=self._record,
+                                  **across)
+        self._fit_publisher = self.doctor.metrics_feed(clock="batch")  # each fit's doctor feeds its /metrics
+
+    # --- what users call -----------------------------------------------------------------------------
+
+    @property
+    def summary(self) -> Summary:
+        """The cumulative summary: final after `finish()`, else a snapshot of every call so far (0 steps
+        and verdict "unwatched" before the first call)."""
+        return self.doctor.summary if self.doctor.finished else self._record.cumulative(self.doctor.summary)
+
+    def finish(self, exception: BaseException | None = None) -> Summary:
+        """End the run: conclude what is pending, write, plot and print the final summary, once. Safe to
+        call more than once; the instance ignores later calls. `exception`: what ended the run, if
+        anything (an out-of-memory error gets its post-mortem)."""
+        return self.doctor.finish(exception)
+
+    def __copy__(self) -> "LeakDoctorCallback":
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "LeakDoctorCallback":
+        """The instance itself: KerasTuner deep-copies the callbacks of every trial, and a copy would split
+        the one history that makes growth across trials visible."""
+        return self
+
+    def __enter__(self) -> "LeakDoctorCallback":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        self.finish(exc)
+        return False
+
+    # --- Keras hooks ---------------------------------------------------------------------------------
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self._record.guard.call("keras callback", self._begin, "train")
+
+    def on_test_begin(self, logs: Any = None) -> None:
+        self._record.guard.call("keras callback", self._begin, "test")
+
+    def on_predict_begin(self, logs: Any = None) -> None:
+        self._record.guard.call("keras callback", self._begin, "predict")
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        """The step of the previous batch ends here. Stepping at a batch's begin rather than its end keeps
+        Keras's batch-end callbacks asynchronous (it runs them in a thread pool unless a callback overrides
+        a batch-end hook), and with them the loss's copy to the host off the training thread."""
+        record = self._record
+        if record.fit is not None and len(record.open) == 1:
+            self._step_batch(record.fit)
+            record.fit.pending = True
+            record.batches += 1
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        fit = self._record.fit
+        if fit is None:
             return
-        try:
-            summary.write(path)
-        except OSError as err:
-            self._guard.disable("summary_path", f"cannot write {path}: {err}; the summary follows on stderr")
-            print(summary.to_json(), file=sys.stderr)
+        self._step_batch(fit)  # the epoch's last batch
+        if isinstance(logs, dict):
+            readings = self._record.guard.call("keras callback", lambda: fit.doctor.readings, default={})
+            logs.update({f"{self.log_prefix}/{name}": value for name, value in readings.items()
+                         if not name.startswith("len(")})  # container sizes stay in the summary
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self._record.guard.call("keras callback", self._end, "train")
+
+    def on_test_end(self, logs: Any = None) -> None:
+        self._record.guard.call("keras callback", self._end, "test")
+
+    def on_predict_end(self, logs: Any = None) -> None:
+        self._record.guard.call("keras callback", self._end, "predict")
+
+    # --- calls -------------------------------------------------------------------------------------
+
+    def _begin(self, kind: str) -> None:
+        record = self._record
+        if self.doctor.finished:
+            return
+        if record.open and (kind == "train" or record.open[0] != "train"):  # the previous call raised
+            record.abandon(self.doctor.steps + 1)
+        record.open.append(kind)
+        if len(record.open) > 1:  # validation inside fit, or a call from a callback: part of the call
+            return
+        site = keras_integration.caller_site()
+        record.calls.begin(_KINDS[kind], self._model, site)
+        if kind == "train":
+            number = self.doctor.steps + 1
+            label = f"fit() call {number}" + (f" at {site}" if site else "")
+            options = {**self._fit_options, "oom_snapshot": None}  # the across-calls doctor records it
+            if options.get("on_limit") == "stop":
+                options["checkpoint"] = self._saver(number, options.get("checkpoint"))
+            record.fit = _Fit(number, KerasDoctor(record.calls, label, self._model, publisher=self._fit_publisher,
+                                                  **options))
+
+    def _end(self, kind: str) -> None:
+        record = self._record
+        if self.doctor.finished or not record.open or record.open[-1] != kind:
+            return
+        record.open.pop()
+        if record.open:
+            return
+        label = record.fit.doctor.label if record.fit and record.fit.doctor else ""
+        batches = record.end_fit()
+        record.calls.end(self._model)
+        self.doctor.step()
+        self._model = None  # the callback keeps no model alive between calls
+        if kind != "train":
+            return
+        if self.settings.summary_path is not None:
+            self.doctor.write_summary(self.summary)
+        shown = self.settings.verbose and self.settings.rank == 0 and (self.params or {}).get("verbose", 1) != 0
+        if shown and batches is not None:
+            print(fit_line(label, batches), file=sys.stderr)
+
+    def _step_batch(self, fit: _Fit) -> None:
+        if fit.take_step() and self._model is not None:
+            self._model.stop_training = True
+
+    def _saver(self, number: int, user: Callable[[], Any] | None) -> Callable[[], str]:
+        """The checkpoint on_limit="stop" takes in fit `number`: the user's `checkpoint=` (guarded), then the
+        model, saved as a .keras file next to the summary (else in the working directory)."""
+        def save() -> str:
+            if user is not None:
+                self._record.guard.call("checkpoint", user)
+            folder = self.settings.summary_path.parent if self.settings.summary_path else Path.cwd()
+            fit = self._record.fit
+            batch = fit.doctor.steps if fit and fit.doctor else self._record.batches
+            path = folder / f"leakdoctor-stop-fit{number}-batch{batch}.keras"
+            self.model.save(path)  # `model`, not `_model`: on JAX it syncs the state of the running fit first
+            return str(path)
+
+        return save
+
+
+def fit_line(label: str, batches: Summary) -> str:
+    """The one line printed at the end of a fit: its batches and what they showed (the summary itself
+    is printed once, at the end of the run)."""
+    found = "; ".join(f"{f.cause} on {f.metric} ({f.state})" for f in batches.findings) or "nothing found"
+    return f"leakdoctor: {label}: {_count(batches.steps, 'training batch')}, {batches.verdict}: {found}"
 
 
 def per_call(finding: Finding, call: int, batches: int, label: str) -> Finding:
@@ -386,26 +476,3 @@ def per_call(finding: Finding, call: int, batches: int, label: str) -> Finding:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "es" if noun.endswith("ch") else "s")
-
-
-def _finish_at_exit(callback: "_Hooks") -> None:
-    """Write the final summary at interpreter exit if nobody called finish()."""
-    callback.finish(oom.uncaught())
-
-
-def __getattr__(name: str) -> Any:
-    """Build LeakDoctorCallback on first use, so importing this module imports no framework by itself."""
-    if name != "LeakDoctorCallback":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    keras = keras_integration.require()
-    cls = type("LeakDoctorCallback", (_Hooks, keras.callbacks.Callback), {
-        "__module__": __name__,
-        "__qualname__": "LeakDoctorCallback",
-        "__doc__": "A Keras callback that watches memory across fit/evaluate/predict calls and within each fit, "
-                   "names leaks, remedies them when allowed (`remedies=`) and writes one summary. Options: those "
-                   "of leakdoctor.LeakDoctor (for the batches of each fit), `log_prefix` (the logs keys' prefix) "
-                   "and `call_options` (the across-calls doctor's warmup, window, investigate_steps, "
-                   "verify_windows, horizon; in calls).",
-    })
-    globals()[name] = cls
-    return cls

@@ -21,20 +21,24 @@ the callback saves a checkpoint (`trainer.save_checkpoint`) into the ModelCheckp
 so there "stop" acts as "warn".
 
 Works with `lightning` and `pytorch_lightning`: the class derives from the Callback of each of the two that
-is imported when it is first used (lightning.pytorch if neither is), so import Lightning first.
+is imported when this module is imported (lightning.pytorch if neither is), so import Lightning first.
+Importing this module imports Lightning; without it, an ImportError names the extra to install.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import sys
-from typing import Any, Callable
+import warnings
+from typing import TYPE_CHECKING, Any, Callable
 
 from leakdoctor import options as doctor_options
 from leakdoctor.callbacks.torch import LeakDoctor
 from leakdoctor.doctor import STATE_SCHEMA
 from leakdoctor.guard import Guard
+from leakdoctor.settings import DoctorOptions, documented
 from leakdoctor.summary import Finding, Summary
 
 _PACKAGES = ("lightning.pytorch", "pytorch_lightning")
@@ -88,32 +92,89 @@ def _merged(earlier: list[Finding], now: list[Finding]) -> list[Finding]:
     return kept + [f for f in now if f.key in latest]
 
 
-class _Hooks:
-    """What LeakDoctorCallback does; the class itself adds Lightning's Callback base(s). The callback's own
-    work (starting the doctor, logging) goes through a Guard: if it fails, it is reported once and
-    switched off, and training goes on."""
+def _callback_class() -> type:
+    """Lightning's Callback: of each Lightning package already imported (a class deriving from both when
+    both are), else lightning.pytorch's, else pytorch_lightning's."""
+    bases = tuple(sys.modules[name].Callback for name in _PACKAGES if name in sys.modules)
+    for name in () if bases else _PACKAGES:
+        try:
+            bases = (importlib.import_module(name).Callback,)
+            break
+        except ImportError:
+            continue
+    if not bases:
+        raise ImportError("leakdoctor.callbacks.lightning needs Lightning: pip install leakdoctor[lightning]")
+    return bases[0] if len(bases) == 1 else type("Callback", bases, {})
 
-    def __init__(self, *, remedies: Any = "off", summary_path: Any = None, plot_path: Any = None,
-                 log_prefix: str = "leakdoctor", watch_module: bool = True, **options: Any) -> None:
+
+if TYPE_CHECKING:
+    from lightning.pytorch import Callback
+    from typing_extensions import Unpack
+else:
+    Callback = _callback_class()
+
+
+@documented
+class LeakDoctorCallback(Callback):
+    """A Lightning callback that watches memory while the Trainer fits, names leaks, remedies them when
+    allowed (`remedies=`) and writes one summary; see the module's docstring for what it does when.
+
+    Each fit gets a doctor (the torch doctor, on the LightningModule and the first optimizer); its own work
+    goes through a guard: if it fails, it is reported once and switched off, and training goes on.
+
+    Args:
+        log_prefix: the prefix of the readings logged to the trainer's loggers (`leakdoctor/rss_bytes`).
+        watch_model: count the LightningModule's list/dict attributes every step (the same argument as
+            the torch doctor's). Its old name, `watch_module=`, still works, with a DeprecationWarning.
+        **options: the shared options, below (README "Options"). `rank` is the trainer's global rank.
+
+    Raises:
+        UnknownOptionError: an argument or option name it does not take, with the nearest valid one (a
+            ValueError and a TypeError both).
+        ValueError: a bad value, named with the valid ones.
+        ImportError: at import of this module, when Lightning is not installed.
+
+    Example:
+        >>> import lightning as L
+        >>> from leakdoctor.callbacks.lightning import LeakDoctorCallback
+        >>> doctor = LeakDoctorCallback(remedies="safe", summary_path="leaks.json")
+        >>> trainer = L.Trainer(max_epochs=3, callbacks=[doctor])  # doctest: +SKIP
+        >>> trainer.fit(model, datamodule)  # doctest: +SKIP
+        >>> doctor.summary.verdict  # doctest: +SKIP
+        'clean'
+    """
+
+    def __init__(self, *, log_prefix: str = "leakdoctor", watch_model: bool = True,
+                 **options: Unpack[DoctorOptions]) -> None:
         super().__init__()
-        self._options = dict(remedies=remedies, summary_path=summary_path, plot_path=plot_path, **options)
-        # bad names and values fail here, not at fit start
-        doctor_options.check("LeakDoctorCallback", self._options, own=("log_prefix", "watch_module"))
+        if "watch_module" in options:  # the old name, kept out of the signature and of the suggestions
+            warnings.warn("LeakDoctorCallback(watch_module=...) is deprecated: use watch_model=, as for the torch "
+                          "doctor", DeprecationWarning, stacklevel=2)
+            watch_model = options.pop("watch_module")  # type: ignore[typeddict-item]
+        doctor_options.check(type(self), options)  # bad names and values fail here, not at fit start
         if not isinstance(log_prefix, str) or not log_prefix:
             raise ValueError(f"log_prefix={log_prefix!r}: expected a non-empty string such as 'leakdoctor'")
-        if not isinstance(watch_module, bool):
-            raise ValueError(f"watch_module={watch_module!r}: expected True or False")
+        if not isinstance(watch_model, bool):
+            raise ValueError(f"watch_model={watch_model!r}: expected True or False")
+        self._options = dict(options)
         self.log_prefix = log_prefix
-        self.watch_module = watch_module
+        self.watch_model = watch_model
         self.doctor: LightningDoctor | None = None
         self._resumed: dict[str, Any] | None = None
         self._logged_step = -1
         self._guard = Guard()
 
     @property
-    def summary(self) -> Any:
-        """The doctor's summary (final after training ended, else a snapshot); None before fit."""
-        return self.doctor.summary if self.doctor is not None else None
+    def summary(self) -> Summary:
+        """The doctor's summary: final once training ended (or `finish()`), else a snapshot of the fit so
+        far. Before the first fit there is no doctor yet: a summary of 0 steps whose verdict is
+        "unwatched" (its `unwatched` says why: fit() has not started)."""
+        return self.doctor.summary if self.doctor is not None else _not_started()
+
+    def finish(self, exception: BaseException | None = None) -> Summary:
+        """End the run's doctor, if a fit started one (training's end and exceptions already do; safe to
+        call again), and return its final summary; before any fit, `summary`'s "unwatched" one."""
+        return self.doctor.finish(exception) if self.doctor is not None else _not_started()
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         """A doctor for this fit. It resumes a checkpoint's state if one was loaded for this fit, and else
@@ -125,7 +186,7 @@ class _Hooks:
         if options.get("on_limit") == "stop":  # (under DDP the torch doctor makes it "warn")
             options["checkpoint"] = _saver(trainer, options.get("checkpoint"), self._guard)
         self.doctor = self._guard.call("start", LightningDoctor, model=pl_module, optimizer=optimizer,
-                                       watch_model=self.watch_module, earlier=earlier, **options)
+                                       watch_model=self.watch_model, earlier=earlier, **options)
         if self.doctor is not None and resumed:
             self._guard.call("resume", self.doctor.load_state_dict, resumed)
 
@@ -171,6 +232,13 @@ class _Hooks:
             logger.log_metrics({f"{self.log_prefix}{separator}{k}": v for k, v in readings.items()}, step=step)
 
 
+def _not_started() -> Summary:
+    """The summary of a callback no fit has used yet."""
+    return Summary("lightning", 0, {}, [], unwatched={
+        "reason": "fit() has not started: the callback's doctor starts at fit start",
+        "fix": "pass the callback to a Trainer and call trainer.fit(...)"})
+
+
 def _saver(trainer: Any, user: Callable[[], Any] | None, guard: Guard) -> Callable[[], str]:
     """The checkpoint on_limit="stop" takes: the user's `checkpoint=` (guarded), then the trainer's own."""
     def save() -> str:
@@ -183,32 +251,3 @@ def _saver(trainer: Any, user: Callable[[], Any] | None, guard: Guard) -> Callab
         return path
 
     return save
-
-
-def _callback_bases() -> tuple[type, ...]:
-    """The Callback class of each Lightning package in use; lightning.pytorch's if none is imported yet."""
-    bases = tuple(sys.modules[name].Callback for name in _PACKAGES if name in sys.modules)
-    if bases:
-        return bases
-    for name in _PACKAGES:
-        try:
-            return (__import__(name, fromlist=["Callback"]).Callback,)
-        except ImportError:
-            continue
-    raise ImportError("LeakDoctorCallback needs Lightning: pip install leakdoctor[lightning]")
-
-
-def __getattr__(name: str) -> Any:
-    """Build LeakDoctorCallback on first use, so importing this module imports no framework by itself."""
-    if name != "LeakDoctorCallback":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    cls = type("LeakDoctorCallback", (_Hooks, *_callback_bases()), {
-        "__module__": __name__,
-        "__qualname__": "LeakDoctorCallback",
-        "__doc__": "A Lightning callback that watches memory, names leaks, remedies them when allowed "
-                   "(`remedies=`) and writes a summary. Options: those of leakdoctor.LeakDoctor, plus "
-                   "`log_prefix` (logger metric prefix) and `watch_module` (count the LightningModule's "
-                   "list/dict attributes).",
-    })
-    globals()[name] = cls
-    return cls

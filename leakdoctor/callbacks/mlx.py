@@ -20,22 +20,47 @@ anything unless a remedy is applied.
 from __future__ import annotations
 
 import reprlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leakdoctor import doctor
 from leakdoctor.integrations import mlx as mlx_integration
-from leakdoctor.settings import parse_bytes
+from leakdoctor.settings import DoctorOptions, documented, parse_bytes
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
+@documented
 class LeakDoctor(doctor.LeakDoctor):
-    """leakdoctor.LeakDoctor with MLX's probes, forensics, rules and remedies. `model` (an mlx.nn.Module)
-    and `optimizer` (an mlx.optimizers.Optimizer) are optional: without them the doctor looks for them
-    among the loop's local variables when it investigates. Other keyword arguments: see
-    leakdoctor.LeakDoctor."""
+    """The MLX loop doctor: `leakdoctor.LeakDoctor` with MLX's probes (active and cache memory), forensics,
+    rules and remedies (force_eval, cap_cache). Named `LeakDoctor` like the engine and the other loop
+    doctors (DESIGN.md: one class name, framework-specific module), so the import alone says the framework.
+
+    Args:
+        model: the `mlx.nn.Module` being trained, or None: the doctor then looks for it among the loop's
+            local variables when it investigates.
+        optimizer: its `mlx.optimizers.Optimizer`, or None (found the same way).
+        **options: the shared options, below (README "Options").
+
+    Raises:
+        UnknownOptionError: an argument or option name it does not take, with the nearest valid one (a
+            ValueError and a TypeError both).
+        ValueError: a bad value, named with the valid ones.
+
+    Example:
+        >>> from leakdoctor.callbacks.mlx import LeakDoctor
+        >>> with LeakDoctor(model=model, optimizer=optimizer, remedies="safe") as doctor:  # doctest: +SKIP
+        ...     for x, y in batches:
+        ...         loss, grads = loss_and_grad(model, x, y)
+        ...         optimizer.update(model, grads)
+        ...         doctor.step(loss=loss)
+        >>> doctor.summary.verdict  # doctest: +SKIP
+        'clean'
+    """
 
     framework = "mlx"
 
-    def __init__(self, *, model: Any = None, optimizer: Any = None, **kwargs: Any) -> None:
+    def __init__(self, *, model: Any = None, optimizer: Any = None, **options: Unpack[DoctorOptions]) -> None:
         mlx_integration.core()
         import mlx.nn as nn
         import mlx.optimizers as optim
@@ -44,9 +69,9 @@ class LeakDoctor(doctor.LeakDoctor):
             raise ValueError(f"model={reprlib.repr(model)}: expected an mlx.nn.Module or None")
         if optimizer is not None and not isinstance(optimizer, optim.Optimizer):
             raise ValueError(f"optimizer={reprlib.repr(optimizer)}: expected an mlx.optimizers.Optimizer or None")
-        limit = kwargs.get("memory_limit")
+        limit = options.get("memory_limit")
         part = mlx_integration.integration(model, optimizer, parse_bytes(limit) if limit is not None else None)
-        super().__init__(integrations=[part, *kwargs.pop("integrations", ())], **kwargs)
+        super().__init__(integrations=[part, *options.pop("integrations", ())], **options)
 
 
 __all__ = ["LeakDoctor"]

@@ -18,22 +18,52 @@ torch.distributed on_limit="stop" acts as "warn": a rank that left the loop alon
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leakdoctor import doctor, ranks
 from leakdoctor.integrations import torch as torch_integration
 from leakdoctor.stopping import warn
+from leakdoctor.settings import DoctorOptions, documented
 from leakdoctor.summary import Summary
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
+
+@documented
 class LeakDoctor(doctor.LeakDoctor):
-    """`LeakDoctor(model=..., optimizer=..., **options)`: both optional; `options` are those of
-    `leakdoctor.LeakDoctor` (remedies, summary_path, warmup, ...). `watch_model=False` stops counting the
-    model's list/dict attributes. The rank defaults to torch.distributed's."""
+    """The plain PyTorch loop doctor: `leakdoctor.LeakDoctor` with PyTorch's probes (device memory, the
+    model's hooks, tensors that keep their autograd graph across steps, DataLoader workers), forensics and
+    remedies. Named `LeakDoctor` like the engine and the other loop doctors (DESIGN.md: one class name,
+    framework-specific module), so the import alone says the framework.
+
+    Args:
+        model: the `torch.nn.Module` being trained, or None: its hooks are watched, and its list/dict
+            attributes too unless `watch_model=False`.
+        optimizer: its `torch.optim.Optimizer`, or None.
+        watch_model: count the model's list/dict attributes every step, so that one that keeps growing
+            (outputs appended to `self.outputs`) is named.
+        **options: the shared options, below (README "Options"). `rank` defaults to torch.distributed's.
+
+    Raises:
+        UnknownOptionError: an argument or option name it does not take, with the nearest valid one (a
+            ValueError and a TypeError both).
+        ValueError: a bad value, named with the valid ones.
+
+    Example:
+        >>> from leakdoctor.callbacks.torch import LeakDoctor
+        >>> with LeakDoctor(model=model, optimizer=opt, remedies="safe") as doctor:  # doctest: +SKIP
+        ...     for x, y in loader:
+        ...         loss = loss_fn(model(x), y); loss.backward(); opt.step(); opt.zero_grad()
+        ...         doctor.step()
+        >>> doctor.finish().verdict  # doctest: +SKIP
+        'clean'
+    """
 
     framework = "torch"
 
-    def __init__(self, *, model: Any = None, optimizer: Any = None, watch_model: bool = True, **options: Any) -> None:
+    def __init__(self, *, model: Any = None, optimizer: Any = None, watch_model: bool = True,
+                 **options: Unpack[DoctorOptions]) -> None:
         if not isinstance(watch_model, bool):
             raise ValueError(f"watch_model={watch_model!r}: expected True or False")
         part = torch_integration.integration(model=model, optimizer=optimizer)

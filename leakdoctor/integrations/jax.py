@@ -585,8 +585,9 @@ def live_arrays(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         if metric is None:
             continue
         if metric == pair[1] and not _holds_enough(ev, growth, platform):
-            ev.note(metric, f"{ev.describe(metric)}, holding {format_value(_gained_bytes(growth, platform), 'bytes')}"
-                            f": too little to matter over the run (a history of scalars), not a leak")
+            ev.note(metric, f"not a leak: {ev.describe(metric)}, holding "
+                            f"{format_value(_gained_bytes(growth, platform), 'bytes')}, a history of scalars too "
+                            f"small to matter over the run")
             continue
         explains: tuple[str, ...] = (metric, *pair, *([RSS] if platform == "cpu" and rss else []))
         kinds = f"; accumulating: {growth.top()}" if growth.rows else ""

@@ -392,9 +392,9 @@ def container_rule(watchlist: Watchlist) -> Rule:
             if metric not in ev.suspects and not (held and _holds_the_rss_growth(ev, held)):
                 continue
             if not graphs and not _costs_something(ev, metric, held, history=_numbers(items)):
-                ev.note(metric, f"{ev.describe(metric)}" + (f", holding about {format_value(held, 'bytes')}"
-                        if held else "") + ": too little to matter over the run, and step time is flat: "
-                        "a history, not a leak")
+                ev.note(metric, f"not a leak: {ev.describe(metric)}" + (f", holding about "
+                        f"{format_value(held, 'bytes')}" if held else "") + ", a history too small to matter over "
+                        "the run, and step time is flat")
                 continue
             # the graphs' saved activations are what resident memory gains; their tensors' sizes hide them
             explains = [metric] + (["rss_bytes"] if _holds_the_rss_growth(ev, held) or graphs and "rss_bytes"
@@ -587,9 +587,8 @@ def garbage_cycles(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         if ev.specs[metric].unit != "bytes" or ev.survives(metric) or ev.reclaimed_by(metric) != "gc_collect":
             continue
         if gc.isenabled() and gc.get_threshold()[0] > 0:
-            ev.note(metric, f"{ev.describe(metric)}; gc.collect() took it back: garbage in reference cycles "
-                            f"waiting for the garbage collector, which is on, to make its next full "
-                            f"collection: not a leak")
+            ev.note(metric, f"not a leak: {ev.describe(metric)}, garbage that Python's garbage collector, "
+                            f"which is on, frees at its next full collection; gc.collect() took it back")
             continue
         growth, cycles = ev.reports.get("tracemalloc"), ev.reports.get("gc_cycles")
         made = cycles.sites[0][1] if cycles and cycles.sites else None

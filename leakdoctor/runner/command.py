@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import inspect
 import sys
 from typing import Any, Sequence
 
@@ -33,10 +32,9 @@ OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                                                            "own without MODULE:); replaces the automatic steps "
                                                            "(framework updates, compiled and jitted functions)")),
     (("-o", "--option"), dict(action="append", default=[], metavar="NAME=VALUE",
-                              help="any other doctor setting, e.g. -o overhead=1.0 -o memory_limit=8GiB")),
+                              help="any option of the README's Options table, e.g. -o overhead=1.0 -o "
+                                   "memory_limit=8GiB")),
 ]
-#: Settings with a flag of their own.
-_FLAGGED = {"remedies", "summary_path", "plot_path", "prometheus_port", "prometheus_host"}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -82,8 +80,10 @@ def main(args: argparse.Namespace, script_args: list[str], relaunch: list[str]) 
 
 
 def doctor_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The doctor's keyword arguments, validated now (ValueError) rather than at the first step."""
-    from leakdoctor.settings import Settings
+    """The doctor's keyword arguments, validated now rather than at the first step: a bad value is a
+    ValueError, a name that is no option (leakdoctor.settings.OPTIONS) an UnknownOptionError (a
+    ValueError too) that suggests the nearest one. `-o` takes any option, those with a flag too."""
+    from leakdoctor.settings import NAMES, Settings, reject_unknown
 
     remedies = args.remedies if args.remedies in ("off", "safe", "all") else \
         [name.strip() for name in args.remedies.split(",") if name.strip()]
@@ -92,11 +92,11 @@ def doctor_options(args: argparse.Namespace) -> dict[str, Any]:
                         ("prometheus_port", args.prometheus_port), ("prometheus_host", args.prometheus_host)):
         if value is not None:
             options[name] = value
-    known = set(inspect.signature(Settings.create).parameters) - _FLAGGED
     for item in args.option:
         name, sep, text = item.partition("=")
-        if not sep or name not in known:
-            raise ValueError(f"-o {item!r}: expected NAME=VALUE with NAME one of {sorted(known)}")
+        if not sep:
+            raise ValueError(f"-o {item!r}: expected NAME=VALUE, e.g. -o memory_limit=8GiB")
+        reject_unknown(f"-o {item!r}", [name], NAMES)
         options[name] = _value(text)
     Settings.create(**options)
     return options

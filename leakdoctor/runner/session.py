@@ -9,7 +9,6 @@ counts once per iteration. A run in which no step was seen still ends with a sum
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import sys
 from typing import Any, Callable, Mapping
 
@@ -62,16 +61,8 @@ class Session:
         return result
 
     def doctor_options(self) -> dict[str, Any]:
-        """The options, with on_limit only where this leakdoctor's doctors take it."""
-        options = dict(self.options)
-        if self.on_limit is not None:
-            from leakdoctor.doctor import LeakDoctor
-
-            if "on_limit" in inspect.signature(LeakDoctor.__init__).parameters:
-                options["on_limit"] = self.on_limit
-            else:
-                print("leakdoctor run: this leakdoctor has no on_limit=; --on-limit is ignored", file=sys.stderr)
-        return options
+        """The options, with --on-limit's on_limit when it was given."""
+        return {**self.options, "on_limit": self.on_limit} if self.on_limit is not None else dict(self.options)
 
     def forked(self, summary_path: str) -> None:
         """In a forked child (runner/children.py): no doctor yet, no step seen; the doctor a step of the
