@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import sys
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -13,6 +14,9 @@ SCENARIOS = Path(__file__).parent.parent / "benchmarks" / "scenarios"
 
 
 def _child(conn: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+    # as pyproject's filterwarnings: a deprecation raised on a call the library makes is an error (the
+    # library's guard then records it in the summary's errors, which the tests read)
+    warnings.filterwarnings("error", category=DeprecationWarning, module="leakdoctor")
     try:
         conn.send(("ok", fn(*args, **kwargs)))
     except BaseException:  # noqa: BLE001 - hand every failure back to the test

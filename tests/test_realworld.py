@@ -1,15 +1,12 @@
 """The real-workload corpus (benchmarks/realworld/, issue #10) as tests: public example training scripts of
 the frameworks' authors, each run as a user runs it, in a fresh process, with leakdoctor at its real
 defaults (no memory_limit, nothing tuned). A clean script must end clean with no finding at all; its
---leak variant's planted leak must be found with the right cause at the user's line. A subset that stays
-fast runs always (PyTorch and MLX, fewer steps than the benchmark); the slower scripts (a minute or more
-on a loaded 2-core machine: Lightning, Keras on jax, Flax NNX, and Flax linen, whose leak compiles on
-every step) run when LEAKDOCTOR_SLOW=1. The full corpus, three runs of
-every clean script, is the benchmark: `benchmarks/run.py realworld`."""
+--leak variant's planted leak must be found with the right cause at the user's line. Every script runs,
+with fewer steps than the benchmark; the full corpus, three runs of every clean script, is the
+benchmark: `benchmarks/run.py realworld`."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -19,26 +16,24 @@ from helpers import kept
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bench_realworld  # noqa: E402
 
-SLOW = pytest.mark.skipif(os.environ.get("LEAKDOCTOR_SLOW") != "1", reason="slow: set LEAKDOCTOR_SLOW=1")
-
 #: (script, training steps) of the clean runs: enough for the doctor's warm-up, several investigations
 #: and an epoch end (an evaluation spike) in each.
 CLEAN = [
     ("torch_mnist", 300),
     ("mlx_mnist", 400),
-    pytest.param("flax_nnx_mnist", 300, marks=SLOW),
-    pytest.param("lightning_autoencoder", 300, marks=SLOW),
-    pytest.param("keras_convnet_jax", 300, marks=SLOW),
-    pytest.param("flax_linen_mnist", 300, marks=SLOW),
+    ("flax_nnx_mnist", 300),
+    ("lightning_autoencoder", 300),
+    ("keras_convnet_jax", 300),
+    ("flax_linen_mnist", 300),
 ]
-#: (script, training steps) of the --leak runs: each leak was found within a third of these steps.
+#: (script, training steps) of the --leak runs (None: the script's leak_steps), each found well within them.
 LEAKS = [
     ("torch_mnist", 240),
     ("mlx_mnist", 600),
-    pytest.param("flax_nnx_mnist", 240, marks=SLOW),
-    pytest.param("lightning_autoencoder", 240, marks=SLOW),
-    pytest.param("keras_convnet_jax", None, marks=SLOW),
-    pytest.param("flax_linen_mnist", 100, marks=SLOW),
+    ("flax_nnx_mnist", 240),
+    ("lightning_autoencoder", 240),
+    ("keras_convnet_jax", None),
+    ("flax_linen_mnist", 100),
 ]
 
 

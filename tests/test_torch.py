@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import isolated, kept
+from helpers import counts, isolated, kept
 from torch import nn
 
 from leakdoctor.callbacks.torch import LeakDoctor
@@ -131,6 +131,8 @@ def test_validation_losses_with_graph_are_found_and_detached():
     assert remedy["rate_after"] <= 0.1 * found["rate_per_step"], remedy
     assert result["with_graph"] == 0 and result["kept"] == 400  # the list is intact, its graphs are gone
     assert result["unchanged"]  # and so are its values
+    assert [f["cause"] for f in result["summary"]["findings"] if counts(f)] == ["retained_graph"]
+    assert result["summary"]["verdict"] == "remedied"
 
 
 
