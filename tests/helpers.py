@@ -4,11 +4,13 @@ clean heap, so memory freed by an earlier test cannot hide (or fake) the growth 
 from __future__ import annotations
 
 import multiprocessing
+import re
+import string
 import sys
 import traceback
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 SCENARIOS = Path(__file__).parent.parent / "benchmarks" / "scenarios"
 
@@ -63,3 +65,113 @@ def counts(finding: dict) -> bool:
 def kept(summary: dict) -> list[dict]:
     """The findings of a summary JSON that the end of the run bore out (all but the withdrawn live alerts)."""
     return [f for f in summary["findings"] if f["state"] != "withdrawn"]
+
+
+#: The library's wording that tests read, each phrase named once: where the words are the feature (the
+#: printed summary's layout, advice a user must follow, a holder named in the evidence, a note that has no
+#: field), a rewording is one edit here. Facts the summary's fields carry are asserted on the fields.
+#: `{part}`: a dynamic part the test passes to `says`/`phrase` (a step, a name); one left out matches any
+#: text within the line.
+PHRASES: dict[str, str] = {
+    # the printed summary (summary.render_text) and the lines printed while the run goes on
+    "headline": "leakdoctor: {framework}, {steps} steps, verdict {verdict}",
+    "verdict": "verdict {verdict}",
+    "finding_line": "[{state}] {cause} on {metric}: {rate}/step since step {first}",
+    "where": "where: {location}",
+    "remedy_line": "{remedy} at step {step}, {outcome}",
+    "time_rose": "{label} rose from {start} to {end}",
+    "stopped_line": "STOPPED at step {step} before the memory limit: {reason}",
+    "oom_line": "OUT OF MEMORY at step {step}: {error}",
+    "oom_growing": "  growing: {metric} {rate}/step since step {since}",
+    "oom_allocated": "  allocated: {location}: {what}, +{size} ({seen_by}, step {step})",
+    "live_line": "leakdoctor: step {step}:",
+    "applied": "applied {remedy} for {cause}",
+    "no_step": "took no step",
+    "fit_line": "leakdoctor: fit() call {call}",
+    "fit_call": "fit() call {call}",
+    "fit_result": "{batches} training batches, {verdict}: {found}",
+    # notes (summary["notes"]: no field says these)
+    "ended": "the run ended with {error} at step {step}",
+    "ended_unmerged": "the run ended with {error}: ",
+    "never_finished": "finish() was never called",
+    "collected": "when it was garbage-collected",
+    "not_gathered": "the summaries of the other {others} rank(s) were not gathered (they may never reach the "
+                    "collective)",
+    "rank_alone": "so this summary is rank {rank}'s alone",
+    "not_seen_on_rank": "rank {rank}: {cause} on {metric} (not seen on rank {first})",
+    "not_a_leak": "not a leak",
+    "collector_on": "garbage collector, which is on",
+    "malloc_trim_returned": "malloc_trim had returned",
+    "no_cuda_snapshot": "oom_snapshot={path}: CUDA is not available",
+    "did_not_stop": "{remedy} did not stop {cause} on {metric}",
+    "nan_readings": "{metric} read NaN or inf {count} time(s), first at step {step}",
+    "forked_children": "forked child process(es) were watched too",
+    "earlier_fits": "steps 1-{steps} were earlier fits with this callback",
+    "keras_clock": "({calls} calls, {batches} training batches)",
+    "call_did_not_return": "call {call}, {kind}() at {site}, did not return",
+    # evidence: what the library saw, named for the user
+    "grew": "{metric} grew {growth} in {steps} steps ({rate}/step)",
+    "new_items": ", about {size} of new items",
+    "cpu_rising": "CPU time per step rising",
+    "cycle_census": "garbage in cycles:",
+    "held_by": "held by {holders}",
+    "array_kind": "{dtype}[{shape}] on {platform}",
+    "grad_fn": "grad_fn",
+    "graph_grew": "autograd graph grew",
+    "hooks_held": "holds {count} {kind}s running",
+    "retries_rose": "retries rose by {count}",
+    "new_models": "new models in",
+    "per_new_model": "per new model",
+    "gc_took_back": "gc.collect() took it back",
+    "not_given_back": "not given back",
+    "models_settle": "do not pile up",
+    "keras_compiled": "Keras compiled {function}",
+    "within_fit": "within fit() call {call}",
+    "fit_batches": "({batches} batches;",
+    "list_grew": "len({list}) grew",
+    "traced_again": "{function} was traced again",
+    "traced": "{function} was traced",
+    "jax_compiled": "jit({function})",
+    "lax_cond": "lax.cond",
+    "active_flat": "active memory stayed flat",
+    "never_evaluated": "never evaluated",
+    "named": "`{name}`",
+    "shapes_changing": "its arguments changing: {argument} (",
+    "python_list": "a Python list of {count} objects ({kind}",
+    "pytorch_issue": "pytorch#13246",
+    # recommendations: the advice a user must read
+    "clear_session": "keras.backend.clear_session()",
+    "fixed_shapes": "fixed shapes",
+    "jit_the_update": "jax.jit",
+    "as_arrays": "jnp.asarray",
+    "store_floats": "store Python floats in {holder}",
+    "detach": "loss.detach() or loss.item()",
+    "allow_remedy": "remedies='all' (or ['{remedy}'])",
+    "list_stores": "the list {list} stores {type}",
+    "mx_eval_state": "mx.eval(model.parameters(), optimizer.state{extra})",
+    "shapeless": "shapeless=True",
+    "bucket": "bucket",
+    "as_numpy_array": "{holder} as a numpy array",
+    "persistent_workers": "persistent_workers=True",
+    # a remedy's detail: what it did
+    "registered_evaluated": "doctor.step({name}=...)",
+    "cache_limit_set": "mx.set_cache_limit({size})",
+}
+
+
+def phrase(key: str, **parts: Any) -> re.Pattern[str]:
+    """PHRASES[key] as a pattern: a part given is matched as written, one left out as any text within the line."""
+    pattern = ""
+    for literal, name, _, _ in string.Formatter().parse(PHRASES[key]):
+        pattern += re.escape(literal)
+        if name is not None:
+            pattern += re.escape(str(parts[name])) if name in parts else r"[^\n]+?"
+    return re.compile(pattern)
+
+
+def says(text: str | Iterable[str], *keys: str, **parts: Any) -> bool:
+    """Does `text` hold every phrase `keys` names, its parts filled from `parts`? For a list of texts (a
+    summary's notes): does one of them hold them all?"""
+    if not isinstance(text, str):
+        return any(says(item, *keys, **parts) for item in text)
+    return all(phrase(key, **parts).search(text) for key in keys)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from helpers import says
+
 from leakdoctor.clinic import Clinic, Practice, Treatment
 from leakdoctor.detect import Trend
 from leakdoctor.guard import Guard
@@ -147,7 +149,7 @@ def test_a_remedy_is_judged_on_what_follows_an_investigation_whose_ladder_emptie
     finding = feed(clinic, now, readings, 300).findings[0]
     assert clinic.investigations >= 1 and emptied[0] > 40  # b was investigated, and the ladder emptied a
     assert finding.remedy.effective is False, finding.remedy
-    assert any("loose_cap did not stop allocator_cache on a" in note for note in clinic.notes), clinic.notes
+    assert says(clinic.notes, "did_not_stop", remedy="loose_cap", cause="allocator_cache", metric="a"), clinic.notes
     # No remedy is left, and what goes on growing may not be the cache it was taken for: a is looked at
     # again (after a cool-down), not left unwatched for the rest of the run.
     assert "a" in clinic._investigated, clinic.notes
@@ -171,7 +173,7 @@ def test_a_remedy_is_not_undone_for_one_jump_among_the_readings_that_judge_it():
     finding, judged = clinic.findings[0], {}
     feed(clinic, now, readings, 160, each_step=lambda step: judged.setdefault(finding.remedy.effective, step))
     assert finding.remedy.effective is True and judged[True] > 40 + 8 * 6, (finding.remedy, judged)
-    assert not any("did not stop" in note for note in clinic.notes), clinic.notes
+    assert not says(clinic.notes, "did_not_stop"), clinic.notes
     assert finding.remedy.rate_after <= 0.25 * MIB, finding.remedy
     # What the first 8 windows alone say: an estimate over the line, an interval reaching under it.
     trend = fed(readings, 40 + 8 * 6, treat=False).monitor.trend_since("a", 40)

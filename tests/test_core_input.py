@@ -11,6 +11,7 @@ import sys
 import warnings
 
 import pytest
+from helpers import says
 
 from leakdoctor import LeakDoctor, LeakDoctorWarning
 from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec, Rule
@@ -149,7 +150,7 @@ def test_summary_is_written_when_the_loop_raises(tmp_path, stop):
                     raise stop
     data = json.loads(path.read_text())
     assert data["steps"] == 42
-    assert f"the run ended with {type(stop).__name__} at step 42" in data["notes"]
+    assert says(data["notes"], "ended", error=type(stop).__name__, step=42), data["notes"]
 
 
 def test_summary_is_written_at_exit_when_finish_is_never_called(tmp_path):

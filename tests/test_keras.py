@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import counts, isolated, kept
+from helpers import counts, isolated, kept, phrase, says
 
 from leakdoctor.detect import theil_sen
 
@@ -112,9 +112,10 @@ def test_models_built_in_a_loop_are_found_across_fits_and_clear_session_stops_th
     # the arrays of the models still piling up came back at gc.collect(). Both measure the same models.
     assert found["metric"] in ({"rss_bytes", "jax_live_bytes_cpu"} if backend == "jax" else {"rss_bytes"})
     assert found["location"] == site("fit-in-loop")
-    assert "new models in" in found["evidence"] and "per new model" in found["evidence"]
-    assert "gc.collect() took it back" in found["evidence"] or "not given back" in found["evidence"]
-    assert "keras.backend.clear_session()" in found["recommendation"]
+    assert says(found["evidence"], "new_models", "per_new_model")
+    # the old models pile up (not kept referenced): in cycles that gc.collect() frees, or not given back
+    assert says(found["evidence"], "gc_took_back") or says(found["evidence"], "not_given_back")
+    assert says(found["recommendation"], "clear_session")
     # The models piled up: memory grew by at least half a model per new model (every call brings one).
     model_bytes = summary["series"]["keras_model_bytes"]["end"]
     others = [(f["cause"], f["metric"], f["benign"], f["first_step"], f["rate_per_step"]) for f in summary["findings"]]
@@ -136,8 +137,8 @@ def test_models_built_in_a_loop_are_found_across_fits_and_clear_session_stops_th
     growth_after = theil_sen(np.arange(applied + 1, fits + 1), rss[applied:])[0]
     assert growth_after < 0.5 * model_bytes, (growth_after, model_bytes)
     # The fits ran with verbose=0: the summary is printed once, at finish(); the findings as they came.
-    assert result["printed"].count("leakdoctor: keras, 40 steps") == 1
-    assert "applied clear_session for python_objects" in result["printed"]
+    assert len(phrase("headline", framework="keras", steps=40, verdict="REMEDIED").findall(result["printed"])) == 1
+    assert says(result["printed"], "applied", remedy="clear_session", cause="python_objects")
 
 
 def test_models_built_in_a_loop_with_clear_session_are_clean(tmp_path):
@@ -146,7 +147,8 @@ def test_models_built_in_a_loop_with_clear_session_are_clean(tmp_path):
     assert summary["verdict"] == "clean", summary["findings"]
     # Resident memory may creep (the C heap) while the model a new one replaced awaits the next collection:
     # if that is investigated, it is named and found benign, never a leak.
-    assert all(f["benign"] and "do not pile up" in f["evidence"] for f in summary["findings"]), summary["findings"]
+    assert all(f["benign"] and f["cause"] == "python_objects" and says(f["evidence"], "models_settle")
+               for f in summary["findings"]), summary["findings"]
     assert summary["steps"] == 20 and summary["series"]["keras_models_seen"]["end"] == 20
 
 
@@ -188,11 +190,11 @@ def test_a_clean_fit_has_no_finding_logs_memory_and_trains_exactly_as_without(ba
     summary = result["summary"]
     assert summary["verdict"] == "clean" and kept(summary) == [], summary["findings"]
     assert summary["steps"] == 2 and result["file"]["steps"] == 2  # the fit and the predict
-    assert "(2 calls, 160 training batches)" in summary["notes"][0]  # 20 epochs of 8 batches
+    assert says(summary["notes"][0], "keras_clock", calls=2, batches=160)  # 20 epochs of 8 batches
     # At the end of the fit, one line about it; the summary itself is printed once, at finish().
-    assert result["printed"].count("leakdoctor: fit() call 1") == 1, result["printed"]
-    assert "160 training batches, clean: nothing found" in result["printed"]
-    assert "verdict" not in result["printed"]
+    assert len(phrase("fit_line", call=1).findall(result["printed"])) == 1, result["printed"]
+    assert says(result["printed"], "fit_result", batches=160, verdict="clean", found="nothing found")
+    assert not says(result["printed"], "headline"), result["printed"]
     with_, without = result["with"], result["without"]
     assert with_["history"]["loss"] == without["history"]["loss"]
     assert with_["history"]["val_loss"] == without["history"]["val_loss"]
@@ -227,8 +229,8 @@ def test_predict_in_a_loop_on_changing_shapes_retraces_on_jax():
     summary = isolated(predict_changing_shapes, "jax", 40)
     found = finding(summary, "compile_cache")
     assert found["metric"] == "rss_bytes" and found["location"] == site("predict-in-loop")
-    assert "Keras compiled predict_step" in found["evidence"] and "f32[" in found["evidence"]
-    assert "fixed shapes" in found["recommendation"]
+    assert says(found["evidence"], "keras_compiled", function="predict_step") and "f32[" in found["evidence"]
+    assert says(found["recommendation"], "fixed_shapes")
     assert summary["verdict"] == "leak" and len(summary["findings"]) == 1
 
 
@@ -273,8 +275,8 @@ def test_activations_kept_within_one_fit_are_found_on_the_batch_clock():
     # list and the line that appends to it; the list's length is explained by the same finding
     assert found["metric"] == "rss_bytes" and [f["cause"] for f in summary["findings"]] == ["retained_graph"]
     assert found["location"] == f"activations_kept.<locals>.Keeper.activations ({site('activation-kept')})"
-    assert "within fit() call 1" in found["evidence"] and f"({batches} batches;" in found["evidence"]
-    assert "len(Keeper.activations) grew" in found["evidence"] and "(64, 64) float32" in found["evidence"]
+    assert says(found["evidence"], "within_fit", "fit_batches", call=1, batches=batches)
+    assert says(found["evidence"], "list_grew", list="Keeper.activations") and "(64, 64) float32" in found["evidence"]
     assert found["first_step"] == found["detected_step"] == 1  # on the clock of calls: the first call
     assert found["rate_per_step"] >= batches * 64 * 64 * 4  # per call: at least each batch's kept activation
 
@@ -315,8 +317,7 @@ def test_a_fit_that_raises_is_noted_and_the_callback_goes_on(tmp_path):
     result = isolated(fit_that_raises, str(tmp_path))
     summary = result["summary"]
     assert summary["steps"] == 2  # the fit that raised never ended; the second fit and the evaluate did
-    raised = f"call 1, fit() at {site('fit-raises')}, did not return"
-    assert any(note.startswith(raised) for note in summary["notes"]), summary["notes"]
+    assert says(summary["notes"], "call_did_not_return", call=1, kind="fit", site=site("fit-raises")), summary["notes"]
     assert result["same"] and result["after"] == 2
     assert result["file"]["steps"] == 2 and summary["errors"] == []
 

@@ -18,7 +18,7 @@ import lightning.pytorch as L
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import corpus_run, counts, isolated, kept
+from helpers import corpus_run, counts, isolated, kept, says
 from torch import nn
 
 STEPS = 320
@@ -121,7 +121,7 @@ def test_clean_fit_has_no_finding_identical_losses_and_logged_readings(tmp_path)
     assert summary["framework"] == "lightning" and summary["steps"] == STEPS == result["steps"]
     assert summary["verdict"] == "clean" and kept(summary) == [], summary["findings"]
     assert result["with"] == result["without"] and len(result["with"]) == STEPS
-    assert f"leakdoctor: lightning, {STEPS} steps, verdict CLEAN" in result["printed"]
+    assert says(result["printed"], "headline", framework="lightning", steps=STEPS, verdict="CLEAN")
     logged = [row for row in result["logged"] if "leakdoctor/rss_bytes" in row]
     assert [int(row["step"]) for row in logged] == list(range(50, STEPS + 1, 50))  # on logging steps only
     assert all(float(row["leakdoctor/rss_bytes"]) > 0 and "leakdoctor/torch_hooks" in row for row in logged)
@@ -165,8 +165,8 @@ def test_losses_kept_in_module_outputs_are_named_and_kept_across_resume(tmp_path
     assert found["metric"] == "len(LeakyRegressor.outputs)"
     append_line = result["training_step"] + 3  # where the list is appended to
     assert found["location"] == f"LeakyRegressor.outputs (tests/test_lightning.py:{append_line})"
-    assert "grad_fn" in found["evidence"] and "held by LeakyRegressor.outputs" in found["evidence"]
-    assert "loss.detach() or loss.item()" in found["recommendation"]
+    assert says(found["evidence"], "grad_fn", "held_by", holders="LeakyRegressor.outputs")
+    assert says(found["recommendation"], "detach")
     assert found["first_step"] < found["detected_step"] < 200
 
     resumed = result["resumed"]
@@ -279,7 +279,7 @@ def test_a_second_fit_continues_the_callbacks_history(tmp_path):
     assert found["first_step"] < 150
     for later in (second, third):  # the clean fits neither drop nor restart what fit 1 found
         assert later["verdict"] == "leak" and finding(later, "retained_graph") == found
-        assert f"steps 1-{later['steps'] - 150} were earlier fits with this callback" in " ".join(later["notes"])
+        assert says(later["notes"], "earlier_fits", steps=later["steps"] - 150), later["notes"]
     assert result["summary"]["findings"] == third["findings"]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import isolated
+from helpers import isolated, says
 
 HERE = Path(__file__)
 #: Fixed so that materiality does not depend on the RAM of the machine running the tests; HUGE makes
@@ -169,7 +169,7 @@ def test_a_watched_objects_growing_list_is_placed_at_the_line_that_appends():
     finding = only(summary, "container_growth")
     assert finding["metric"] == "len(Trainer.history)"
     assert finding["location"] == f"Trainer.history (tests/{at('TRAINER-APPEND')})"
-    assert "the list Trainer.history stores bytearray" in finding["recommendation"]
+    assert says(finding["recommendation"], "list_stores", list="Trainer.history", type="bytearray")
 
 
 def test_a_list_appended_by_the_loop_is_placed_at_the_loops_append_not_at_the_classs_other_store():

@@ -15,7 +15,7 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
 import pytest
-from helpers import isolated, kept
+from helpers import isolated, kept, says
 
 from leakdoctor.callbacks.mlx import LeakDoctor
 from leakdoctor.detect import theil_sen
@@ -242,7 +242,7 @@ def test_lazy_state_is_found_within_50_steps_and_force_eval_flattens_rss_without
     assert finding["location"].endswith(f"test_mlx.py:{line_of('LAZY-UPDATE')}")
     assert finding["detected_step"] - WARMUP <= 50
     assert finding["rate_per_step"] > 50 * 2**10  # the graph of one MLP step is ~100 KB here
-    assert "active memory stayed flat" in finding["evidence"]
+    assert says(finding["evidence"], "active_flat")
     remedy = finding["remedy"]
     assert slope(summary, "mlx_active_bytes", WARMUP, remedy["applied_step"]) < 0.01 * finding["rate_per_step"]
     assert remedy["name"] == "force_eval" and remedy["effective"] is True
@@ -258,7 +258,7 @@ def test_lazy_state_without_remedies_is_reported_and_the_run_is_unchanged():
     summary = result["summary"]
     finding = only(summary, "lazy_graph")
     assert finding["metric"] == "rss_bytes" and finding["remedy"] is None
-    assert "mx.eval(model.parameters(), optimizer.state)" in finding["recommendation"]
+    assert says(finding["recommendation"], "mx_eval_state", extra="")
     assert summary["verdict"] == "leak" and summary["projected_limit_step"] is not None
     assert result["losses"] == result["undoctored"] == result["correct"]
 
@@ -273,8 +273,8 @@ def test_accumulated_metric_is_named_with_the_advice_to_evaluate_it(in_dict, nam
     finding = only(summary, "lazy_graph")
     assert finding["metric"] == "mlx_active_bytes"
     assert finding["location"].endswith(f"test_mlx.py:{line_of(marker)}")
-    assert f"`{name}`" in finding["evidence"] and "never evaluated" in finding["evidence"]
-    assert f"mx.eval(model.parameters(), optimizer.state, {name.split('[')[0]})" in finding["recommendation"]
+    assert says(finding["evidence"], "never_evaluated", "named", name=name)
+    assert says(finding["recommendation"], "mx_eval_state", extra=f", {name.split('[')[0]}")
     assert registration in finding["recommendation"]
     assert finding["remedy"] is None  # force_eval cannot reach a variable it was not given
     assert summary["verdict"] == "leak"
@@ -286,7 +286,7 @@ def test_registered_total_is_evaluated_by_force_eval_and_keeps_its_value():
     finding = only(summary, "lazy_graph")
     remedy = finding["remedy"]
     assert remedy["name"] == "force_eval" and remedy["effective"] is True
-    assert "doctor.step(total=...)" in remedy["detail"]
+    assert says(remedy["detail"], "registered_evaluated", name="total"), remedy["detail"]
     after = slope(summary, "mlx_active_bytes", after=remedy["applied_step"] + 6)
     assert after <= 0.05 * finding["rate_per_step"]
     assert result["total"] == result["reference"]
@@ -299,13 +299,13 @@ def test_growing_buffer_cache_is_benign_and_capped_from_the_working_set():
     finding = only(summary, "allocator_cache", reclaimed_by="clear_cache")
     # the investigation may start from the cache series or from the resident memory that holds it
     assert finding["metric"] in (CACHE, "rss_bytes") and finding["benign"] is True
-    assert "mx.clear_cache() took it back" in finding["evidence"]
-    assert "active memory stayed flat" in finding["evidence"]
+    assert finding["reclaimed_by"] == "clear_cache"  # mx.clear_cache() took it back
+    assert says(finding["evidence"], "active_flat")
     remedy = finding["remedy"]
     assert remedy["name"] == "cap_cache" and remedy["effective"] is True
     cap = result["limit_after"]
     assert 0 < cap < result["limit_before"]
-    assert f"mx.set_cache_limit({cap / 2**20:.1f} MiB)" in remedy["detail"]
+    assert says(remedy["detail"], "cache_limit_set", size=f"{cap / 2**20:.1f} MiB"), remedy["detail"]
     cache = summary["series"][CACHE]
     before = max(v for s, v in cache["points"] if s <= remedy["applied_step"])
     after = max(v for s, v in cache["points"] if s > remedy["applied_step"] + 1)
@@ -316,7 +316,7 @@ def test_too_loose_cap_is_undone_and_clear_cache_takes_over():
     result = isolated(varying_shapes_scenario, "safe", 300, validation_spike=True)
     summary = result["summary"]
     finding = only(summary, "allocator_cache", reclaimed_by="clear_cache")
-    assert any("cap_cache did not stop allocator_cache" in note for note in summary["notes"])
+    assert says(summary["notes"], "did_not_stop", remedy="cap_cache", cause="allocator_cache"), summary["notes"]
     assert result["limit_after"] == result["limit_before"]  # cap_cache's limit was undone
     remedy = finding["remedy"]
     assert remedy["name"] == "clear_cache"
@@ -334,9 +334,9 @@ def test_compile_retrace_per_input_shape_is_compile_cache_named_with_its_shapes(
     assert finding["detected_step"] <= 20 + 60  # the leak runs from the start: warm-up, then ~6 windows
     assert finding["location"].endswith(f"test_mlx.py:{line_of('COMPILED')}")
     evidence = finding["evidence"]
-    assert "train_step was traced" in evidence and "its arguments changing: x (" in evidence
+    assert says(evidence, "traced", function="train_step") and says(evidence, "shapes_changing", argument="x")
     assert ", 16) to (" in evidence and "y (" in evidence  # rows change; the columns do not
-    assert "shapeless=True" in finding["recommendation"] and "bucket" in finding["recommendation"]
+    assert says(finding["recommendation"], "shapeless", "bucket")
     assert summary["verdict"] == "leak"
 
 

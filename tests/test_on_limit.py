@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import counts, isolated
+from helpers import counts, isolated, says
 
 from leakdoctor import LeakDoctor, LeakDoctorWarning
 
@@ -344,7 +344,7 @@ def test_oom_snapshot_on_cpu_records_nothing_and_says_so(tmp_path):
         doctor.step()
     summary = doctor.finish(MemoryError("out of memory"))
     assert summary.oom is not None and "snapshot" not in summary.oom and not path.exists()
-    assert any(n.startswith(f"oom_snapshot={str(path)!r}: CUDA is not available") for n in summary.notes)
+    assert says(summary.notes, "no_cuda_snapshot", path=repr(str(path))), summary.notes
 
 
 def test_every_loop_doctor_takes_the_on_limit_options_and_starts_not_stopped():

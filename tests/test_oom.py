@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import counts, isolated
+from helpers import counts, isolated, phrase, says
 
 from leakdoctor import LeakDoctor
 from leakdoctor.oom import is_oom
@@ -80,7 +80,7 @@ def test_a_run_that_dies_before_any_investigation_still_names_what_grew(tmp_path
     assert result["raised"] == "MemoryError" and oom["step"] < 20
     assert summary["findings"] == [] and oom["sites"] == []  # nothing was investigated
     assert oom["growing"][0]["metric"] == "rss_bytes" and 15 * MIB < oom["growing"][0]["slope_per_step"] < 17 * MIB
-    assert f"the run ended with MemoryError at step {oom['step']}" in summary["notes"]
+    assert says(summary["notes"], "ended", error="MemoryError", step=oom["step"]), summary["notes"]
 
 
 # --- the callbacks' exception paths ---------------------------------------------------------------------
@@ -198,7 +198,7 @@ def test_no_oom_entry_without_an_oom(tmp_path):
         doctor.step()
     summary = doctor.finish(RuntimeError("data went bad"))
     assert summary.oom is None and "oom" not in summary.to_dict()
-    assert "the run ended with RuntimeError at step 30" in summary.notes
+    assert says(summary.notes, "ended", error="RuntimeError", step=30), summary.notes
 
 
 @pytest.mark.parametrize("kind", ["stopped", "oom"])
@@ -214,11 +214,12 @@ def test_the_text_summary_says_how_the_run_ended_first(kind):
     summary = Summary("python", 140, {}, [], **{kind: entry})
     first = summary.text().splitlines()[0]
     if kind == "stopped":
-        assert first == "STOPPED at step 140 before the memory limit: rss_bytes is projected to reach the memory limit"
+        assert phrase("stopped_line", step=140, reason=entry["reason"]).fullmatch(first), first
         assert summary.verdict == "leak"
     else:
-        assert first == "OUT OF MEMORY at step 70: MemoryError: Unable to allocate 8.00 MiB"
-        assert "  growing: rss_bytes 8.0 MiB/step since step 1" in summary.text()
-        assert "  allocated: train.py:12: 7 allocations, +57.2 MiB (tracemalloc, step 31)" in summary.text()
+        assert phrase("oom_line", step=70, error=entry["error"]).fullmatch(first), first
+        assert says(summary.text(), "oom_growing", metric="rss_bytes", rate="8.0 MiB", since=1), summary.text()
+        assert says(summary.text(), "oom_allocated", location="train.py:12", what="7 allocations", size="57.2 MiB",
+                    seen_by="tracemalloc", step=31), summary.text()
     again = Summary.from_dict(json.loads(summary.to_json()))
     assert getattr(again, kind) == entry and again.text() == summary.text()

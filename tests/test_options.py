@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import isolated
+from helpers import isolated, phrase, says
 
 from leakdoctor.settings import (NAMES, OPTIONS, DoctorOptions, Settings, UnknownOptionError, options_table)
 
@@ -222,8 +222,9 @@ def keras_two_fits() -> dict[str, Any]:
 def test_the_keras_callback_prints_one_summary_for_a_run_of_two_fits():
     result = isolated(keras_two_fits)
     printed = result["printed"]
-    assert len(re.findall(r"leakdoctor: keras, \d+ steps?, verdict", printed)) == 1, printed
-    assert printed.count("leakdoctor: fit() call 1") == 1 and "fit() call 2" not in printed  # fit 2: verbose=0
+    assert len(phrase("headline", framework="keras").findall(printed)) == 1, printed
+    assert len(phrase("fit_line", call=1).findall(printed)) == 1
+    assert not says(printed, "fit_call", call=2)  # fit 2: verbose=0
     assert result["before"] == (0, "unwatched") and result["snapshot_steps"] == 2 and result["steps"] == 2
     assert result["same"]
     assert "'remedys': did you mean 'remedies'?" in result["errors"][0]

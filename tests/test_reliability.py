@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import isolated
+from helpers import isolated, says
 
 from leakdoctor import LeakDoctor, LeakDoctorWarning, detect
 from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec
@@ -72,8 +72,9 @@ def test_a_nan_gauge_is_skipped_and_the_leak_beside_it_is_found(tmp_path):
     result = isolated(leak_beside_a_bad_gauge, str(tmp_path / "leaks.json"))
     assert result["steps"] == 300 and result["errors"] == []  # the doctor never switched itself off
     assert result["verdict"] == "leak" and ("rss_bytes" in {m for _, m in result["leaks"]}), result
-    skipped = [n for n in result["notes"] if n.startswith("ratio read NaN or inf")]
-    assert len(skipped) == 1 and "first at step 1" in skipped[0], result["notes"]  # flagged once
+    skipped = [n for n in result["notes"] if says(n, "nan_readings", metric="ratio")]
+    assert len(skipped) == 1, result["notes"]  # flagged once
+    assert says(skipped[0], "nan_readings", metric="ratio", step=1), result["notes"]
     data = strict_json(result["text"])
     ratio = data["series"]["ratio"]
     assert ratio["end"] == 0.5 and ratio["peak"] == 0.5 and all(v == 0.5 for _, v in ratio["points"])
@@ -535,7 +536,7 @@ def test_a_doctor_built_in_a_function_that_returned_writes_its_summary_at_exit(t
     run = subprocess.run([sys.executable, "-c", AT_EXIT, str(path)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert json.loads(path.read_text())["steps"] == 80
-    assert "leakdoctor: python, 80 steps, verdict CLEAN" in run.stderr  # and it says so
+    assert says(run.stderr, "headline", framework="python", steps=80, verdict="CLEAN"), run.stderr  # and it says so
 
 
 def test_a_relative_summary_path_survives_a_chdir(tmp_path, monkeypatch):
@@ -626,8 +627,8 @@ def test_after_a_ddp_exception_rank_0_says_the_ranks_were_not_gathered(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["leaks.json"]  # rank 0 alone writes
     summary = strict_json((tmp_path / "leaks.json").read_text())
     assert summary["rank"] == 0 and summary["steps"] == 20 and summary["ranks"] == []
-    assert ("the run ended with RuntimeError: the summaries of the other 1 rank(s) were not gathered (they may "
-            "never reach the collective), so this summary is rank 0's alone") in summary["notes"]
+    assert says(summary["notes"], "ended_unmerged", "not_gathered", "rank_alone", error="RuntimeError", others=1,
+                rank=0), summary["notes"]
 
 
 def two_threads_one_doctor(steps: int) -> dict:

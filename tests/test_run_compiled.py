@@ -12,7 +12,7 @@ import json
 import sys
 
 import pytest
-from helpers import counts
+from helpers import counts, says
 from procs import SCRIPTS, leakdoctor_run, run
 
 COUNT = ("-o", "overhead=1.0")
@@ -82,7 +82,7 @@ def test_a_script_without_a_recognisable_step_is_unwatched_not_clean(tmp_path):
     assert summary["verdict"] == "unwatched" and summary["steps"] == 0 and summary["framework"] == "python"
     assert summary["findings"] == [] and summary["unwatched"]["reason"]
     assert "--step-on module:function" in summary["unwatched"]["fix"]
-    assert "UNWATCHED" in result.stderr
+    assert says(result.stderr, "verdict", verdict="UNWATCHED"), result.stderr
     report = run([sys.executable, "-m", "leakdoctor", "report", path], cwd=tmp_path)
     assert report.returncode == 3, report.stdout + report.stderr
 

@@ -10,7 +10,7 @@ import sys
 from typing import Any, Callable
 
 import pytest
-from helpers import counts
+from helpers import counts, says
 
 from leakdoctor import Finding, Summary
 from leakdoctor.cli import main
@@ -68,9 +68,11 @@ def test_unknown_cause_is_refused():
 
 def test_text_table():
     text = sample_summary().text()
-    assert "verdict REMEDIED" in text
-    assert "[REMEDIED] python_objects on rss_bytes: 976.6 KiB/step since step 22" in text
-    assert "where: train.py:42" in text and "gc_collect at step 64, effective" in text
+    assert says(text, "verdict", verdict="REMEDIED")
+    assert says(text, "finding_line", state="REMEDIED", cause="python_objects", metric="rss_bytes", rate="976.6 KiB",
+                first=22)
+    assert says(text, "where", location="train.py:42") and says(text, "remedy_line", remedy="gc_collect", step=64,
+                                                                    outcome="effective")
 
 
 def _states_summary() -> Summary:
@@ -125,7 +127,7 @@ def test_report_command(tmp_path, capsys):
     path = tmp_path / "leaks.json"
     sample_summary(False).write(path)
     assert main(["report", str(path), "--plot", str(tmp_path / "p.png")]) == 1  # a leak: exit 1 for CI
-    assert "verdict LEAK" in capsys.readouterr().out and (tmp_path / "p.png").exists()
+    assert says(capsys.readouterr().out, "verdict", verdict="LEAK") and (tmp_path / "p.png").exists()
     sample_summary(True).write(path)
     assert main(["report", str(path)]) == 0
     assert main(["report", str(tmp_path / "missing.json")]) == 2
@@ -138,7 +140,7 @@ def test_report_exit_status_for_minor_findings_and_unwatched_runs(tmp_path, caps
     minor.write(path)
     assert main(["report", str(path)]) == 0  # clean: the minor finding is listed
     assert main(["report", str(path), "--fail-on-leak=minor"]) == 1
-    assert "[MINOR] retained_graph" in capsys.readouterr().out
+    assert says(capsys.readouterr().out, "finding_line", state="MINOR", cause="retained_graph")
     Summary("python", 5, {}, [], unwatched={"reason": "5 steps", "fix": "train longer"}).write(path)
     assert main(["report", str(path)]) == 3
     assert main(["report", str(path), "--fail-on-leak=minor"]) == 3
@@ -166,7 +168,7 @@ def test_demo_finds_remedies_and_verifies(tmp_path, case, remedy, example):
     assert finding["remedy"]["name"] == remedy and finding["remedy"]["effective"]
     assert example in finding["location"]
     assert (tmp_path / "leakdoctor-demo.png").exists()
-    assert f"applied {remedy}" in result["stderr"] and "verdict REMEDIED" in result["stderr"]
+    assert says(result["stderr"], "applied", remedy=remedy) and says(result["stderr"], "verdict", verdict="REMEDIED")
 
 
 def test_demo_default_is_the_first_installed_case():

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import counts, isolated, kept
+from helpers import counts, isolated, kept, phrase, says
 from torch import nn
 
 from leakdoctor.callbacks.torch import LeakDoctor
@@ -87,7 +87,7 @@ def test_hook_registered_every_step_is_found_and_removed():
     found = finding(result["summary"], "hook_accumulation")
     assert found["metric"] == "torch_hooks"
     assert found["location"] == code_location(record_activation)
-    assert "forward hook" in found["evidence"] and "record_activation" in found["evidence"]
+    assert says(found["evidence"], "hooks_held", kind="forward hook") and "record_activation" in found["evidence"]
     remedy = found["remedy"]
     assert remedy["name"] == "remove_hooks" and remedy["effective"] is True
     assert remedy["rate_after"] <= 0.05 * found["rate_per_step"]
@@ -123,7 +123,7 @@ def test_validation_losses_with_graph_are_found_and_detached():
     found = finding(result["summary"], "retained_graph")
     assert found["metric"] == "rss_bytes"
     assert found["location"] == f"val_losses in validation_losses_kept() (tests/test_torch.py:{APPEND_LINE})"
-    assert "grad_fn" in found["evidence"] and "val_losses" in found["evidence"]
+    assert says(found["evidence"], "grad_fn") and "val_losses" in found["evidence"]
     remedy = found["remedy"]
     # the kept scalars are packed into shared buffers, so the C heap does not fragment around them and
     # resident memory stops growing, not just slows down
@@ -199,7 +199,7 @@ def test_running_total_with_graph_is_found_and_detached_in_place():
     found = finding(result["summary"], "retained_graph")
     assert found["metric"] == "rss_bytes"
     assert found["location"] == f"total in running_total_kept() (tests/test_torch.py:{TOTAL_LINE})"
-    assert "autograd graph grew" in found["evidence"]
+    assert says(found["evidence"], "graph_grew")
     remedy = found["remedy"]
     assert remedy["name"] == "detach_retained" and remedy["effective"] is True
     assert remedy["rate_after"] <= 0.1 * found["rate_per_step"]
@@ -246,9 +246,9 @@ def test_dataloader_workers_copying_a_python_list_are_named_within_the_first_epo
     assert found["detected_step"] < result["epoch"]
     assert found["metric"] == "workers_copied_bytes"
     assert found["location"] == f"RecordsDataset.records ({code_location(RecordsDataset)})"
-    assert "a Python list of 20000 objects (bytes" in found["evidence"] and "pytorch#13246" in found["evidence"]
+    assert says(found["evidence"], "python_list", "pytorch_issue", count=20000, kind="bytes")
     advice = found["recommendation"]
-    assert "RecordsDataset.records as a numpy array" in advice and "persistent_workers=True" in advice
+    assert says(advice, "as_numpy_array", "persistent_workers", holder="RecordsDataset.records")
 
 
 def test_dataloader_workers_reading_a_numpy_array_are_clean():
@@ -380,7 +380,7 @@ def test_cuda_rule_tells_the_caching_allocator_from_a_device_leak():
         [("allocator_cache", "cuda_reserved_bytes", True, None)]  # not a leak, and nothing to clear
     retrying = rule(cuda_evidence(reserved_end=210 * mib, allocated_end=100 * mib, retries_end=9), [])
     assert [(f.cause, f.reclaimed_by) for f in retrying] == [("allocator_cache", "clear_cache")]
-    assert "retries rose by 6" in retrying[0].evidence
+    assert says(retrying[0].evidence, "retries_rose", count=6)
     leak = rule(cuda_evidence(reserved_end=210 * mib, allocated_end=110 * mib, retries_end=3), [])
     assert [(f.cause, f.metric, f.benign) for f in leak] == [("device_arrays", "cuda_allocated_bytes", False)]
     assert set(leak[0].explains) == {"cuda_allocated_bytes", "cuda_reserved_bytes"}
@@ -396,7 +396,8 @@ def test_merge_keeps_every_rank_and_each_finding_once():
     assert merged.rank == 0 and [r["rank"] for r in merged.ranks] == [0, 1]
     assert [(f.cause, f.location) for f in merged.findings] == \
         [("retained_graph", "train.py:10"), ("container_growth", "train.py:11")]
-    assert merged.notes == ["rank 1: container_growth on rss_bytes (not seen on rank 0)"]
+    assert len(merged.notes) == 1 and phrase("not_seen_on_rank", rank=1, cause="container_growth", metric="rss_bytes",
+                                               first=0).fullmatch(merged.notes[0]), merged.notes
     assert merged.projected_limit_step == 4999 and merged.verdict == "leak"
     assert [len(r["findings"]) for r in merged.ranks] == [1, 2]
     assert Summary.from_dict(json.loads(merged.to_json())).ranks == merged.ranks
