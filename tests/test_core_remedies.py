@@ -47,7 +47,7 @@ def test_malloc_trim_returns_the_freed_c_heap_on_its_first_step():
     if not remedy.applicable(take):
         pytest.skip("this libc has no malloc_trim")
     chunks = [bytearray(1024) for _ in range(100 * 1024)]  # over pymalloc's 512 bytes: the C heap's
-    pin = bytearray(1024)
+    pin = chunks[-1]  # the last block, at the heap's top (earlier holes were filled first)
     del chunks
     before = psutil.Process().memory_info().rss
     remedy.on_step(take)
