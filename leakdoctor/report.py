@@ -165,9 +165,8 @@ def _pausing(series: Any, since: int, pace: float, window: int) -> bool:
     its pace when found) above the last rise, and at least half of what the growth's steady pace (the
     slower of that pace and the run's net growth per step) adds over the gap since: a stair of a leak
     carries its pace, where a bump after an evaluation pass's peak (which the heap keeps) carries a
-    fraction of it. The
-    growth paused as long as the longest gap between rises, and it stopped only when the readings since
-    its last rise are quiet for more than twice that."""
+    fraction of it. The growth paused as long as the longest gap between rises, and it stopped only when
+    the readings since its last rise are quiet for more than twice that."""
     steps, values = series.history(since=since)
     if len(values) < 2 or pace <= 0:
         return False
