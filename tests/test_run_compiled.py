@@ -47,7 +47,9 @@ def test_an_mlx_compiled_step_never_evaluated_is_a_lazy_graph_at_the_call_of_the
     pytest.importorskip("mlx.core")
     summary, result = leak_run(tmp_path, "mlx_compiled.py", "300", "no-eval", options=FAST)
     assert result.returncode == 0 and result.stdout == "trained 300 steps\n", result.stderr
-    (found,) = [f for f in summary["findings"] if f["cause"] == "lazy_graph"]
+    lazy = [f for f in summary["findings"] if f["cause"] == "lazy_graph"]
+    assert len(lazy) == 1, json.dumps({k: summary[k] for k in ("verdict", "steps", "findings", "notes", "errors")})
+    (found,) = lazy
     assert found["location"].endswith(f"mlx_compiled.py:{line_of('mlx_compiled.py', 'STEP-CALL')}"), found
     assert (found["state"], found["severity"]) == ("leak", "major") and summary["verdict"] == "leak"
 
