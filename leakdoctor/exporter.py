@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import os
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -171,11 +172,13 @@ class Exporter:
 
     def _at_exit(self) -> None:
         """At interpreter exit: a finished run's exporter serves out its linger (at most that long; Ctrl-C
-        ends the wait), an unfinished one stops at once. A forked child leaves its parent's server alone."""
+        ends the wait, also one that came before it, which ended the script), an unfinished one stops at
+        once. A forked child leaves its parent's server alone."""
         if os.getpid() != self._pid:
             return
+        interrupted = isinstance(getattr(sys, "last_value", None), KeyboardInterrupt)  # the script's end
         try:
-            if self._deadline is not None:
+            if self._deadline is not None and not interrupted:
                 self._closed.wait(max(0.0, self._deadline - time.monotonic()))
         except KeyboardInterrupt:
             pass
