@@ -3,8 +3,11 @@
 `report` exits 0 when the summary's verdict is "clean" or "remedied", 1 when it is "leak", so a CI job can
 gate on it, 2 when the file is not a readable summary (a one-line error), so a corrupt file is not taken
 for a leak, and 3 when it is "unwatched" (too few steps seen to judge: not a pass); with
---fail-on-leak=minor, a minor finding exits 1 too. `run` exits with the script's status (or 1 for a leak
-with --fail-on-leak, and for a minor finding too with --fail-on-leak=minor)."""
+--fail-on-leak=minor, a minor finding exits 1 too. A summary written while its run went on (`"complete":
+false`, what a run killed by SIGKILL leaves) is printed with a first line saying that the run did not
+finish and when the summary was last written; it exits by its verdict so far. `run` exits with the
+script's status (or 1 for a leak with --fail-on-leak, and for a minor finding too with
+--fail-on-leak=minor)."""
 
 from __future__ import annotations
 

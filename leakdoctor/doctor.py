@@ -3,7 +3,8 @@
 A step that is not sampled costs a countdown. A sampled step goes to the sampler (sampling.py: read the
 due probes, record, pace); when a window closed or the clinic has work open, the clinic takes over
 (clinic.py: investigate, diagnose, treat, verify); the limit watch (stopping.py) looks at what the clinic
-found. The summary is built by report.py. Data flows one way: probes → series → detector → investigation
+found. The summary is built by report.py, and written while the run goes by heartbeat.py (so that a
+SIGKILL leaves it on disk). Data flows one way: probes → series → detector → investigation
 → diagnosis → remedy → verification → summary.
 """
 
@@ -23,6 +24,7 @@ from leakdoctor import __version__, exporter, limits, oom, report, stopping, ter
 from leakdoctor.clinic import Clinic, Practice
 from leakdoctor.diagnosis import GENERIC_RULES
 from leakdoctor.guard import Guard
+from leakdoctor.heartbeat import Heartbeat
 from leakdoctor.integrations import UNITS, Integration, MetricSpec, process, python
 from leakdoctor.monitor import Monitor
 from leakdoctor.probing import Probes
@@ -97,6 +99,9 @@ class LeakDoctor:
         self._limit_watch = stopping.LimitWatch(self.settings, self._guard, limit_of, say)
         self._snapshot = oom.Snapshot(self.settings.oom_snapshot)
         self._sampler = Sampler(self.settings, self._probes, self._monitor)
+        # The summary written while the run goes (heartbeat=, oom_watermark=), so that a SIGKILL leaves it
+        self._heartbeat = Heartbeat(self.settings, self._memory, self._monitor, self._clinic, self._guard,
+                                    _Late(type(self), self.__dict__, "_interim_summary"))
         self._step = 0
         self._countdown = 1  # steps to the next sample: kept here, so that an unsampled step reads no other object
         self._idle = True
@@ -201,13 +206,18 @@ class LeakDoctor:
         if sampled:  # on every sample, so that the watch knows how far apart samples are
             self._guard.call("limit watch", self._limit_watch.check, self._step, clinic.findings, self._monitor,
                              self._summary_now)
+        beat, written = self._heartbeat, self._heartbeat.seconds
+        if beat.active:  # the summary so far, when a finding changed, a heartbeat is due or memory runs out
+            self._guard.call("heartbeat", beat.check, start, self._step)
         wall = time.perf_counter() - start
         own = wall - (clinic.forensic_seconds - forensic) - (clinic.remedy_seconds - remedy)
         # investigations sample every step, with a budget of their own; so do self-pacing probes; and a
-        # hurry (a rising metric sampled twice a window) is spent on purpose
+        # hurry (a rising metric sampled twice a window) is spent on purpose; a heartbeat's write is the
+        # doctor's time but no sample's cost
         paid = not investigating and clinic.forensic_seconds == forensic and self._step >= sampler.hurry_until
         sampler.charge(self._step, wall, own, own + clinic.cpu_seconds - cpu,
-                       max(0.0, own - (self._probes.paced_seconds - paced)) if paid else None, sampled)
+                       max(0.0, own - (self._probes.paced_seconds - paced) - (beat.seconds - written)) if paid
+                       else None, sampled)
         self._idle = clinic.idle
 
     def _sample(self, start: float, investigating: bool, context: Mapping[str, Any]) -> None:
@@ -270,7 +280,14 @@ class LeakDoctor:
         with self._lock:
             if self._result is not None:
                 return self._result
-            return self._guard.call("summary", self._build_summary) or self._bare_summary()
+            summary = self._guard.call("summary", self._build_summary) or self._bare_summary()
+            return dataclasses.replace(summary, complete=False)  # a snapshot: the run goes on
+
+    def _interim_summary(self) -> Summary:
+        """The summary so far, as the heartbeat writes it while the run goes (heartbeat.py): this doctor's
+        own view, built inside a step (a subclass may add what it holds besides, but must not wait on
+        other processes here)."""
+        return self._build_summary()
 
     def metrics_feed(self, **labels: str) -> exporter.Publisher | None:
         """A feed into this doctor's /metrics server for another doctor of the same run, whose series carry

@@ -132,6 +132,8 @@ def check(data: Any) -> None:
         "a list of rank objects", required=False)
     _field(data, "unwatched", "summary", _optional(lambda v: isinstance(v, dict) and all(
         _string(v.get(k)) for k in ("reason", "fix"))), "an object with reason and fix, or null", required=False)
+    _field(data, "complete", "summary", lambda v: isinstance(v, bool), "true or false", required=False)
+    _field(data, "written_at", "summary", _optional(_string), "a time (ISO 8601) or null", required=False)
     for key in ("overhead", "settings"):
         _field(data, key, "summary", lambda v: isinstance(v, dict), "an object", required=False)
     for key, value in data.get("overhead", {}).items():

@@ -6,6 +6,9 @@ whether or not an investigation concluded) and the allocation sites the investig
 (tracemalloc lines, the tensor census's kept tensors). With `oom_snapshot=path` on CUDA, the caching
 allocator records its history from the start and the snapshot is dumped at the OOM, for PyTorch's
 memory_viz (https://pytorch.org/memory_viz), as Composer's OOMObserver does.
+
+The out-of-memory killer gives no such chance (SIGKILL): when resident memory passes `oom_watermark` of
+the memory limit, heartbeat.py writes the post-mortem at once, with the entry `imminent` builds here.
 """
 
 from __future__ import annotations
@@ -112,6 +115,20 @@ def post_mortem(summary: Summary, exception: BaseException | None, step: int, si
     if dumped:
         record["snapshot"] = dumped
     return dataclasses.replace(summary, oom=record, notes=summary.notes + notes)
+
+
+def imminent(step: int, rss: float, limit_bytes: float, limit_source: str, sites: list[dict[str, Any]],
+             monitor: Monitor, investigating: list[str]) -> dict[str, Any]:
+    """The `oom` entry of a post-mortem written before memory runs out (heartbeat.py, `oom_watermark`):
+    resident memory `rss` passed the watermark of the limit at `step`. The out-of-memory killer's SIGKILL
+    leaves no chance to write later, so it holds what an `oom` entry after the error holds (what grew,
+    the sites seen), with the suspects of an investigation still open."""
+    record: dict[str, Any] = {"imminent": True, "step": step, "rss_bytes": float(rss),
+                              "limit_bytes": float(limit_bytes), "limit_source": limit_source,
+                              "growing": growing(monitor), "sites": sites[:SITES]}
+    if investigating:
+        record["investigating"] = sorted(investigating)
+    return record
 
 
 class Snapshot:

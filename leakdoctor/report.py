@@ -271,7 +271,8 @@ def settings_record(settings: Settings, sample_stride: int) -> dict[str, Any]:
             "horizon": settings.horizon, "investigate_steps": settings.investigate_steps,
             "memory_limit": settings.memory_limit, "sample_stride": sample_stride,
             "on_limit": settings.on_limit if isinstance(settings.on_limit, str) else "callable",
-            "limit_margin": settings.limit_margin}
+            "limit_margin": settings.limit_margin, "heartbeat": settings.heartbeat,
+            "oom_watermark": settings.oom_watermark}
 
 
 def overhead(sampler: Sampler, clinic: Clinic, settings: Settings) -> dict[str, float]:

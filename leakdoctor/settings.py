@@ -43,6 +43,8 @@ class Settings:
     limit_margin: int | float
     checkpoint: Callable[[], Any] | None
     oom_snapshot: Path | None
+    heartbeat: float | None
+    oom_watermark: float | None
     prometheus_port: int | None
     prometheus_host: str
     prometheus_linger: float
@@ -100,6 +102,26 @@ def _linger(name: str, seconds: Any) -> float:
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf:
         raise ValueError(f"{name}={seconds!r}: expected seconds >= 0 (0: stop serving at finish()), e.g. 20")
     return float(seconds)
+
+
+def _heartbeat(name: str, seconds: Any) -> float | None:
+    """Seconds between the summary's writes while the run goes (None: written only when it ends)."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
+        raise ValueError(f"{name}={seconds!r}: expected seconds > 0 between writes of the summary while the run "
+                         f"goes, e.g. 60, or None (written only when the run ends)")
+    return float(seconds)
+
+
+def _watermark(name: str, fraction: Any) -> float | None:
+    """The share of the memory limit above which the post-mortem is written at once (None: never)."""
+    if fraction is None:
+        return None
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+        raise ValueError(f"{name}={fraction!r}: expected a fraction of the memory limit in (0, 1], e.g. 0.95, "
+                         f"or None (no post-mortem before the end)")
+    return float(fraction)
 
 
 def _pushgateway(name: str, url: Any) -> str | None:
@@ -258,6 +280,13 @@ OPTIONS: tuple[Option, ...] = (
            "their own)", "a callable taking no arguments, or None", _callable_or_none),
     Option("oom_snapshot", None, "where to dump the CUDA allocator snapshot if the run dies out of memory",
            "a file path or None", _writable),
+    Option("heartbeat", 60, "while the run goes, write the summary (marked `\"complete\": false`) to `summary_path` "
+           "at least this often, in seconds, and as soon as a finding is made or changes state, so that a run the "
+           "kernel kills (SIGKILL) leaves it on disk; None: only at the end", "a number of seconds > 0, or None",
+           _heartbeat),
+    Option("oom_watermark", 0.95, "when resident memory passes this share of the memory limit, write the "
+           "post-mortem summary (`\"oom\": {\"imminent\": true, ...}`) to `summary_path` at once, before the "
+           "out-of-memory killer can strike", "a number in (0, 1], or None (off)", _watermark),
     Option("prometheus_port", None, "serve the series and findings on http://HOST:PORT/metrics (+ LOCAL_RANK)",
            "an int from 0 (any free port) to 65535, or None (no exporter)", _port),
     Option("prometheus_host", None, "the address the exporter binds; None: 127.0.0.1",
@@ -292,6 +321,8 @@ class DoctorOptions(TypedDict, total=False):
     limit_margin: int | float
     checkpoint: Callable[[], Any] | None
     oom_snapshot: str | os.PathLike[str] | None
+    heartbeat: float | None
+    oom_watermark: float | None
     prometheus_port: int | None
     prometheus_host: str | None
     prometheus_linger: float

@@ -10,6 +10,7 @@ import os
 import secrets
 import time
 from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,11 @@ class Summary:
     stopped: dict[str, Any] | None = None
     oom: dict[str, Any] | None = None
     unwatched: dict[str, Any] | None = None
+    #: False for a summary of a run still going (a heartbeat's, an OOM watermark's, a snapshot): a file
+    #: left so by a run that was killed (SIGKILL, the out-of-memory killer) says the run did not finish.
+    complete: bool = True
+    #: When it was last written to a file (ISO 8601, local time with its offset); None if never.
+    written_at: str | None = None
 
     @property
     def verdict(self) -> str:
@@ -206,6 +212,8 @@ class Summary:
             "errors": list(self.errors),
             "settings": dict(self.settings),
             "memory_limit": self.memory_limit,
+            "complete": self.complete,
+            "written_at": self.written_at,
             **{key: value for key, value in (("stopped", self.stopped), ("oom", self.oom),
                                              ("unwatched", self.unwatched)) if value is not None},
         }
@@ -239,6 +247,8 @@ class Summary:
             stopped=data.get("stopped"),
             oom=data.get("oom"),
             unwatched=data.get("unwatched"),
+            complete=data.get("complete", True),  # files older than the field were written at the end
+            written_at=data.get("written_at"),
         )
 
     @classmethod
@@ -250,7 +260,8 @@ class Summary:
         return load(path)
 
     def write(self, path: str | os.PathLike[str]) -> None:
-        """Write the JSON atomically: a reader never sees half a file."""
+        """Write the JSON atomically: a reader never sees half a file. `written_at` is set to now."""
+        self.written_at = now_iso()
         write_atomic(Path(path), self.to_json() + "\n")
 
     def text(self) -> str:
@@ -285,6 +296,11 @@ def _strict(value: Any) -> Any:
 #: was left by a writer killed in the middle (SIGKILL, power loss); the next write removes it.
 STALE_SECONDS = 60.0
 _LOADED = time.time()
+
+
+def now_iso() -> str:
+    """The time now as ISO 8601, local time with its UTC offset, to the second: '2025-01-31T14:03:07+01:00'."""
+    return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -422,15 +438,26 @@ def _finding_lines(f: Finding) -> list[str]:
 
 
 def _ending(summary: Summary) -> list[str]:
-    """How the run ended, when that comes first: stopped before the memory limit, or out of memory."""
+    """How the run ended, when that comes first: not at all yet (a summary written while it went on),
+    stopped before the memory limit, out of memory, or about to run out of it."""
     lines = []
+    if not summary.complete:
+        when = f"last written at {summary.written_at}" if summary.written_at else "a snapshot taken"
+        lines.append(f"INCOMPLETE: the run did not finish: this summary was {when}, at step {summary.steps}, while "
+                     f"the run went on (it was killed, or is still running)")
     if summary.stopped:
         stop = summary.stopped
         lines.append(f"STOPPED at step {stop['step']} before the memory limit: {stop['reason']}")
         lines.append(f"  checkpoint: {stop.get('checkpoint') or 'none saved'}")
     if summary.oom:
         oom = summary.oom
-        lines.append(f"OUT OF MEMORY at step {oom['step']}: {oom['error']}")
+        if oom.get("imminent"):
+            source = f" ({oom['limit_source']})" if oom.get("limit_source") else ""
+            lines.append(f"OUT OF MEMORY IMMINENT at step {oom['step']}: resident memory "
+                         f"{format_value(oom.get('rss_bytes'), 'bytes')} of the memory limit "
+                         f"{format_value(oom.get('limit_bytes'), 'bytes')}{source}")
+        else:
+            lines.append(f"OUT OF MEMORY at step {oom['step']}: {oom['error']}")
         for row in oom.get("growing", []):
             lines.append(f"  growing: {row['metric']} {format_value(row['slope_per_step'], 'bytes')}/step "
                          f"since step {row['since_step']}")

@@ -82,6 +82,8 @@ PHRASES: dict[str, str] = {
     "time_rose": "{label} rose from {start} to {end}",
     "stopped_line": "STOPPED at step {step} before the memory limit: {reason}",
     "oom_line": "OUT OF MEMORY at step {step}: {error}",
+    "imminent_line": "OUT OF MEMORY IMMINENT at step {step}: resident memory {rss} of the memory limit {limit}",
+    "incomplete_line": "INCOMPLETE: the run did not finish: this summary was last written at {written_at}",
     "oom_growing": "  growing: {metric} {rate}/step since step {since}",
     "oom_allocated": "  allocated: {location}: {what}, +{size} ({seen_by}, step {step})",
     "live_line": "leakdoctor: step {step}:",
@@ -92,6 +94,7 @@ PHRASES: dict[str, str] = {
     "fit_result": "{batches} training batches, {verdict}: {found}",
     # notes (summary["notes"]: no field says these)
     "ended": "the run ended with {error} at step {step}",
+    "watermark_passed": "step {step}: resident memory reached {rss}, {share} of the memory limit",
     "ended_unmerged": "the run ended with {error}: ",
     "never_finished": "finish() was never called",
     "collected": "when it was garbage-collected",

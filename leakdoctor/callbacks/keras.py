@@ -152,6 +152,12 @@ class KerasDoctor(doctor.LeakDoctor):
         self._record.guard.call("keras callback", self._record.abandon, self.steps + 1, exception)
         return self._record.cumulative(summary)
 
+    def _interim_summary(self) -> Summary:
+        """The across-calls doctor's summary written while the run goes (heartbeat): the callback's
+        cumulative one, as written at the end of each fit, so that a later write keeps the fits' findings."""
+        summary = super()._interim_summary()
+        return self._record.cumulative(summary) if self._record is not None else summary
+
     def _emit(self, summary: Summary) -> None:
         if self._record is not None:
             super()._emit(summary)

@@ -1,0 +1,128 @@
+"""A summary that survives SIGKILL: the summary written while the run goes, not only at its end.
+
+The out-of-memory killer (a cgroup's or the machine's; Kubernetes' `OOMKilled`) ends a process with
+SIGKILL, which no handler sees, so the summary written at the end never is. While a run goes, the
+summary is therefore written to `summary_path` (atomically, marked `"complete": false` with its
+`written_at`): as soon as a finding is first made or changes state (a remedy applied, judged, undone),
+and at least every `heartbeat` seconds; and once resident memory passes `oom_watermark` of the memory
+limit, at once, as the post-mortem (`"oom": {"imminent": true, ...}`: what grew, the sites seen, the
+findings so far), which every later write keeps. `finish()` writes the final one (`"complete": true`).
+
+Cheap on purpose: it is asked only on the steps that do work anyway (a sample), with the clock the step
+already read; the findings are compared only while the clinic works on them or their number changed;
+a write (a summary built, a file renamed into place) happens at most once a heartbeat besides the rare
+findings' changes and the one post-mortem. A write that fails is reported once through the guard
+(part "heartbeat") and writing while the run goes stops; the run goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from leakdoctor import oom
+from leakdoctor.summary import Summary, format_value
+
+if TYPE_CHECKING:
+    from leakdoctor.clinic import Clinic
+    from leakdoctor.guard import Guard
+    from leakdoctor.limits import Limit
+    from leakdoctor.monitor import Monitor
+    from leakdoctor.settings import Settings
+
+#: The series the watermark reads: the process's resident memory, which the memory limit bounds.
+RESIDENT = "rss_bytes"
+#: The guard's name for the writes made while the run goes.
+PART = "heartbeat"
+
+
+class Heartbeat:
+    """Writes the summary of a run still going to `summary_path`: when a finding changes, every
+    `heartbeat` seconds, and at once when resident memory passes `oom_watermark` of `limit`. Inert
+    without a summary path (or with both options None). `build` gives the summary so far (a callable
+    that does not hold the doctor: see doctor._Late); `clock` is the clock the step path reads."""
+
+    def __init__(self, settings: Settings, limit: Limit, monitor: Monitor, clinic: Clinic, guard: Guard,
+                 build: Callable[[], Summary], clock: Callable[[], float] = time.perf_counter) -> None:
+        self.path = settings.summary_path
+        self.interval = settings.heartbeat if self.path is not None else None
+        self.limit = limit
+        self.monitor, self.clinic, self.guard, self.build, self._clock = monitor, clinic, guard, build, clock
+        #: the clock reading at which the next timed write is due (inf: none)
+        self.due = clock() + self.interval if self.interval is not None else math.inf
+        #: resident bytes above which the post-mortem is written (inf: never, or written already)
+        self.watermark = (settings.oom_watermark * limit.bytes
+                          if self.path is not None and settings.oom_watermark is not None else math.inf)
+        self.fraction = settings.oom_watermark
+        self.enabled = self.interval is not None or self.watermark < math.inf
+        self.imminent: dict[str, Any] | None = None  # the post-mortem's `oom` entry, once written
+        self.writes = 0
+        self.seconds = 0.0  # time spent building and writing, which the doctor keeps out of its pacing
+        self._pid = os.getpid()
+        self._count = 0  # findings at the last look
+        self._busy = False  # the clinic was working (investigating, treating) at the last look
+        self._signature: tuple[Any, ...] = ()
+
+    @property
+    def active(self) -> bool:
+        """Can anything be written while the run goes?"""
+        return self.enabled and PART not in self.guard.off
+
+    def check(self, now: float, step: int) -> None:
+        """On a step that did work (a sample, a remedy), after it: write the post-mortem if resident memory
+        passed the watermark in this step's sample, else the summary if a finding changed or the
+        heartbeat is due. `now`: the step path's clock reading."""
+        rss = self.monitor.series.get(RESIDENT)
+        if rss is not None and rss.end_step == step and rss.end is not None and rss.end > self.watermark:
+            self.watermark = math.inf  # once: the file keeps it from now on
+            self._post_mortem(step, rss.end)
+        elif self.interval is not None and (now >= self.due or self._changed()):
+            self.write()
+
+    def _changed(self) -> bool:
+        """Did a finding appear or change state since the last look? Compared in full only while the
+        clinic works on them (an investigation concluding, a remedy judged) or their number changed."""
+        findings = self.clinic.findings
+        busy = not self.clinic.idle
+        if not busy and not self._busy and len(findings) == self._count:
+            return False
+        self._busy, self._count = busy, len(findings)
+        signature = tuple((f.key, f.benign, f.remedy.name if f.remedy else None,
+                           f.remedy.effective if f.remedy else None, bool(f.remedy and f.remedy.error))
+                          for f in findings)
+        changed, self._signature = signature != self._signature, signature
+        return changed
+
+    def _post_mortem(self, step: int, rss: float) -> None:
+        """Memory is about to run out: note it, and write the summary with its `oom` entry now."""
+        clinic, limit = self.clinic, self.limit
+        investigating = list(clinic.investigation.suspects) if clinic.investigation is not None else []
+        self.imminent = oom.imminent(step, rss, limit.bytes, limit.source, clinic.sites, self.monitor, investigating)
+        clinic.notes.append(f"step {step}: resident memory reached {format_value(rss, 'bytes')}, "
+                            f"{rss / limit.bytes:.0%} of the memory limit ({format_value(limit.bytes, 'bytes')}, "
+                            f"{limit.source}), past oom_watermark={self.fraction:g}: the post-mortem summary "
+                            f"is written at once")
+        self.write()
+
+    def write(self) -> bool:
+        """Write the summary so far (with the post-mortem's `oom` entry, if one was written), marked
+        incomplete; the next timed write is due a heartbeat later. False if nothing was written."""
+        if not self.active or os.getpid() != self._pid:  # a forked child's copy: the file is the parent's
+            return False
+        start = self._clock()
+        written = self.guard.call(PART, self._write, default=False)
+        end = self._clock()
+        self.seconds += end - start
+        if self.interval is not None:
+            self.due = end + self.interval
+        return bool(written)
+
+    def _write(self) -> bool:
+        summary = self.build()
+        summary = dataclasses.replace(summary, complete=False, oom=summary.oom or self.imminent)
+        summary.write(self.path)  # an OSError goes to the guard: reported once, then no more writes
+        self.writes += 1
+        return True
