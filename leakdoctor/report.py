@@ -277,10 +277,17 @@ def settings_record(settings: Settings, sample_stride: int) -> dict[str, Any]:
 
 def overhead(sampler: Sampler, clinic: Clinic, settings: Settings) -> dict[str, float]:
     """The doctor's monitoring time against the whole step: the user's code plus the remedies, whose
-    time is the step's work done for it (force_eval evaluates what the step left lazy)."""
+    time is the step's work done for it (force_eval evaluates what the step left lazy). And the honest
+    total: step()'s own time plus the investigations', against the run's wall time from the first step
+    (the user's code, the remedies and the doctor's time together)."""
     step_time = sampler.user_seconds + clinic.remedy_seconds
+    total = sampler.own_seconds + clinic.forensic_seconds
+    run_time = step_time + total
     stride = sampler.pacer.every
     return {
+        "total_seconds": total,
+        "run_seconds": run_time,
+        "fraction_of_run_time": total / run_time if run_time else 0.0,
         "probe_seconds": sampler.own_seconds,
         "forensic_seconds": clinic.forensic_seconds,
         "remedy_seconds": clinic.remedy_seconds,

@@ -376,12 +376,25 @@ def render_text(summary: Summary) -> str:
         lines.append(f"\nprojected to reach the memory limit{of} at step {summary.projected_limit_step}")
     lines += [f"note: {n}" for n in summary.notes]
     lines += [f"switched off: {e['part']}: {e['error']}" for e in summary.errors]
-    overhead = summary.overhead.get("fraction_of_step_time")
-    if overhead is not None:
-        stride, latency = summary.overhead.get("sample_stride"), summary.overhead.get("latency_steps")
-        paced = f" (a sample every {stride} step(s): a fast leak is found within ~{latency} steps)" if latency else ""
-        lines.append(f"overhead: {overhead:.2%} of step time{paced}")
-    return "\n".join(lines)
+    line = _overhead_line(summary.overhead)
+    return "\n".join(lines + ([line] if line else []))
+
+
+def _overhead_line(overhead: dict[str, float]) -> str | None:
+    """'overhead: 2.10% of the run's time (step() 0.40%, 1 investigation(s) 1.70%; a sample every 4
+    step(s): ...)': the total first, then its parts. Summaries written before the total was kept give
+    the share of step time alone."""
+    stride, latency = overhead.get("sample_stride"), overhead.get("latency_steps")
+    paced = f"a sample every {stride} step(s): a fast leak is found within ~{latency} steps" if latency else ""
+    run, total = overhead.get("run_seconds"), overhead.get("total_seconds")
+    if run and total is not None:
+        parts = (f"step() {overhead.get('probe_seconds', 0.0) / run:.2%}, {overhead.get('investigations', 0):g} "
+                 f"investigation(s) {overhead.get('forensic_seconds', 0.0) / run:.2%}")
+        return f"overhead: {total / run:.2%} of the run's time ({parts}{'; ' + paced if paced else ''})"
+    share = overhead.get("fraction_of_step_time")
+    if share is None:
+        return None
+    return f"overhead: {share:.2%} of step time{f' ({paced})' if paced else ''}"
 
 
 #: A step time below this (10 µs) is at the clocks' resolution: no percentage is reckoned from it.

@@ -227,6 +227,17 @@ def test_remedies_off_leaves_the_losses_identical():
     assert with_doctor["losses"] == plain()
 
 
+def test_the_overhead_total_counts_the_investigations_against_the_run_time():
+    """The honest cost (issue #23): step()'s own time and the investigations', over the run's time."""
+    overhead = train("list", steps=200)["summary"]["overhead"]
+    assert overhead["investigations"] >= 1 and overhead["forensic_seconds"] > 0
+    assert overhead["total_seconds"] == pytest.approx(overhead["probe_seconds"] + overhead["forensic_seconds"])
+    parts = overhead["step_seconds"] + overhead["remedy_seconds"] + overhead["total_seconds"]
+    assert overhead["run_seconds"] == pytest.approx(parts)
+    assert overhead["fraction_of_run_time"] == pytest.approx(overhead["total_seconds"] / overhead["run_seconds"])
+    assert overhead["fraction_of_run_time"] > overhead["probe_seconds"] / overhead["run_seconds"]
+
+
 def graph_with_a_walk(steps: int) -> dict:
     """The Burn case: a graph that gains a node per step and is walked every step, so the step slows."""
     nodes: list[list[float]] = []
