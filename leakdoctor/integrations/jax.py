@@ -584,6 +584,8 @@ def live_arrays(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
             metric = RSS
         if metric is None:
             continue
+        if metric != pair[0] and _kept_bytes(ev, pair[0], accepted) and (metric == RSS or _holds_enough(ev, growth, platform)):
+            metric = pair[0]  # the arrays' own bytes, exact, whichever series opened the investigation
         if metric == pair[1] and not _holds_enough(ev, growth, platform):
             ev.note(metric, f"not a leak: {ev.describe(metric)}, holding "
                             f"{format_value(_gained_bytes(growth, platform), 'bytes')}, a history of scalars too "
@@ -604,6 +606,12 @@ def live_arrays(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
                            f"dict of outputs, a growing cache): {where}, and drop references to per-step outputs",
         ))
     return found
+
+
+def _kept_bytes(ev: Evidence, metric: str, accepted: list[Finding]) -> bool:
+    """Did the window's ladders see the platform's live bytes keep growth (a suspect that survived, or
+    another series that grew in both halves), with no finding explaining them yet?"""
+    return metric in ev.specs and not ev.explained(metric, accepted) and ev.kept(metric) > 0
 
 
 # --- the integration --------------------------------------------------------------------------------

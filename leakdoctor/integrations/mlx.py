@@ -25,13 +25,17 @@ import ast
 import reprlib
 import sys
 import time
+import weakref
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Callable, Iterator, Mapping
 
 from leakdoctor.diagnosis import Evidence
 from leakdoctor.integrations import Cleanup, FunctionProbe, Integration, MetricSpec, Rule
+from leakdoctor.integrations.holders import Holder, find_holders
 from leakdoctor.integrations.source import caller_frame, frame_locals, frame_location, short_path, source_line
+from leakdoctor.integrations.torch_graphs import live_instances
 from leakdoctor.pacing import Pacer
 from leakdoctor.summary import Finding, format_value
 
@@ -275,6 +279,81 @@ class LazyChains:
                     count += 1
                     if count >= self.max_variables:
                         return
+
+
+# --- forensic: arrays kept across steps ------------------------------------------------------------
+
+@dataclass
+class KeptArrays:
+    """MLX arrays gained during the window, by 'dtype[shape]': (kind, count, bytes), most bytes first; who
+    holds a sample of the new ones (integrations/holders.py), those holding most first; and how many of
+    that sample are unevaluated (each keeps its graph and the graph's inputs: a list of
+    `mx.mean(model(X) == y)` keeps every batch and every step's parameters)."""
+
+    rows: list[tuple[str, int, float]]
+    holders: list[Holder] = field(default_factory=list)
+    lazy: int = 0
+    sampled: int = 0
+
+    def top(self, n: int = 3) -> str:
+        return ", ".join(f"+{count} {kind} ({format_value(size, 'bytes')})" for kind, count, size in self.rows[:n])
+
+
+def _array_kind(array: Any) -> str:
+    return f"{str(array.dtype).removeprefix('mlx.core.')}[{','.join(map(str, array.shape))}]"
+
+
+class ArrayCensus:
+    """Live MLX arrays (the garbage collector tracks them) by dtype and shape at the start and end of the
+    window. Kinds that gained half an array a step or more are kept across steps; for a sample of the new
+    ones it names the places of the user's program that hold them (the loop's variables, globals,
+    attributes of its objects), as jax's LiveArrayDiff does: MLX has no counter of live arrays, and
+    its active memory alone says nothing of who keeps them."""
+
+    name = "mlx_arrays"
+    #: New arrays whose holders are looked for.
+    sample = 64
+
+    def __init__(self, roots: tuple = ()) -> None:
+        self._roots = roots
+        self._before: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
+        self._old: dict[int, Any] = {}
+
+    def begin(self) -> None:
+        live = live_instances(core().array)
+        self._before = _array_census(live)
+        self._old = {id(a): weakref.ref(a) for a in live}
+
+    def end(self, steps: int) -> KeptArrays:
+        live = live_instances(core().array)
+        counts, sizes = _array_census(live)
+        counts.subtract(self._before[0])
+        sizes.subtract(self._before[1])
+        self._before = (Counter(), Counter())
+        rows = sorted(((kind, n, float(sizes[kind])) for kind, n in counts.items() if n > 0), key=lambda r: -r[2])
+        kept = {kind for kind, n, _ in rows if n >= max(2, steps // 2)}  # half an array a step, or more
+        new = [a for a in live if _array_kind(a) in kept and not self._is_old(a)][-self.sample:]
+        self._old = {}
+        if not new:
+            return KeptArrays(rows)
+        holders = find_holders(new, list(self._roots), caller_frame())
+        lazy = sum(not is_evaluated(a) for a in new)
+        return KeptArrays(rows, holders, lazy, len(new))
+
+    def _is_old(self, array: Any) -> bool:
+        ref = self._old.get(id(array))
+        return ref is not None and ref() is array
+
+
+def _array_census(live: list[Any]) -> tuple[Counter[str], Counter[str]]:
+    """Live arrays by 'dtype[shape]': how many, and how many bytes (of their data, once evaluated)."""
+    counts: Counter[str] = Counter()
+    sizes: Counter[str] = Counter()
+    for array in live:
+        kind = _array_kind(array)
+        counts[kind] += 1
+        sizes[kind] += array.nbytes
+    return counts, sizes
 
 
 # --- compile traces: an always-on sentinel, and the investigation's full count ----------------------
@@ -536,28 +615,66 @@ def lazy_graph(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
     )]
 
 
+def kept_arrays(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
+    """Active memory that grows while a place of the user's program keeps more arrays every step (see
+    ArrayCensus): lazy_graph when the kept arrays are unevaluated (each holds its graph and the graph's
+    inputs: a list of accuracies appended without .item() keeps every batch and every step's
+    parameters), device_arrays otherwise. On MLX's active memory, explaining resident memory too when
+    the active memory's growth makes a good part of it (on CPU the arrays live in the process's heap);
+    placed at the line that stores into the holder."""
+    census: KeptArrays | None = ev.reports.get(ArrayCensus.name)
+    open_metrics = ev.unexplained(accepted)
+    if census is None or not census.holders or ACTIVE not in open_metrics or not ev.survives(ACTIVE):
+        return []
+    holders = [h for h in census.holders if 2 * h.count >= census.holders[0].count][:3]
+    holder = holders[0]
+    rss = RSS in open_metrics and ev.growth(ACTIVE) >= 0.3 * ev.growth(RSS) > 0
+    explains = (ACTIVE, *([RSS] if rss else []))
+    location = holder.location(ev.reports.get("tracemalloc"))
+    held = f"; of {census.sampled} new ones sampled, held by {', '.join(f'{h.name} ({h.count})' for h in holders)}"
+    kinds = f"; arrays gained: {census.top()}" if census.rows else ""
+    growth = ev.describe(ACTIVE) + (f"; {ev.describe(RSS)}" if rss else "")
+    if census.lazy * 2 >= census.sampled:
+        return [ev.finding(
+            "lazy_graph", ACTIVE, location=location, explains=explains,
+            evidence=f"{growth}{kinds}{held}; {census.lazy} of the {census.sampled} never evaluated: each keeps "
+                     f"its unevaluated graph and everything the graph reads (the step's inputs, the parameters of "
+                     f"its step)",
+            recommendation=f"store Python numbers in {holder.path} (x.item()), or evaluate what you store "
+                           f"(mx.eval) and keep it bounded; force_eval evaluates the model and optimizer state, "
+                           f"not {holder.path}",
+        )]
+    return [ev.finding(
+        "device_arrays", ACTIVE, location=location, explains=explains,
+        evidence=f"{growth}, survived cleanup{kinds}{held}",
+        recommendation=f"arrays are kept from step to step: store Python numbers in {holder.path} (x.item()) or "
+                       f"keep it bounded, and drop references to per-step outputs",
+    )]
+
+
 def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
     """A compiled function traced again and again (see TraceSentinel): at least twice in the window, so
-    retracing recurs rather than following one new shape. On memory where it survived the ladder, else on
-    the count of traces, explaining both (each compiled graph is kept); named after the function, with the
-    arguments whose shapes change. A function traced on every step of the window is a finding on the
-    count of traces even when the investigation was opened by another metric (the buffer cache, which new
-    shapes fill first): its compile cache grows by a graph a step, before any series shows it."""
+    retracing recurs rather than following one new shape. Always on the count of traces, the exact
+    measure of the cause (as jax's compile_cache is on jax_compiles), explaining the memory that grew with
+    it (each compiled graph is kept), which the evidence describes; named after the function, with the
+    arguments whose shapes change. Memory or the count opens it; a function traced on every step of the
+    window is a finding even when the investigation was opened by another metric (the buffer cache, which
+    new shapes fill first): its compile cache grows by a graph a step, before any series shows it."""
     traces = ev.reports.get(CompileTraces.name)
     if traces is None or not traces.rows or traces.rows[0][2] < 2:
         return []
     name, where, count = traces.rows[0]
     open_metrics = ev.unexplained(accepted)
     every_step = count >= ev.steps and not ev.explained(TRACES, accepted)
-    metric = next((m for m in (RSS, ACTIVE) if m in open_metrics and ev.survives(m)), None) or \
-        (TRACES if TRACES in open_metrics or every_step else None)
-    if metric is None:
+    grown = [m for m in (RSS, ACTIVE) if m in open_metrics and ev.survives(m)]
+    if not (grown or TRACES in open_metrics or every_step):
         return []
+    metric = TRACES
     changing = traces.changing(name)
-    memory = "" if metric != TRACES else "".join(f"; {ev.describe(m)}" for m in (RSS, ACTIVE) if m in ev.confirmed)
+    memory = "".join(f"; {ev.describe(m)}" for m in (RSS, ACTIVE) if m in ev.confirmed)
     growth = ev.describe(metric) if metric in ev.suspects else f"{TRACES} grew by {count}"
     finding = ev.finding(
-        "compile_cache", metric, location=where, explains=tuple(dict.fromkeys((metric, TRACES, RSS))),  # graphs kept
+        "compile_cache", metric, location=where, explains=tuple(dict.fromkeys((metric, *grown, RSS))),  # graphs kept
         evidence=f"{growth}{memory}; the mx.compile'd function {name} was traced {count} times in "
                  f"{ev.steps} steps" + (f", its arguments changing: {changing}" if changing else "")
                  + ": each call with an input shape, dtype or Python constant it has not seen compiles a new "
@@ -573,14 +690,14 @@ def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
 
 def buffer_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
     """Cache memory (or the resident memory holding it) that mx.clear_cache() took back: MLX's buffer
-    cache holding freed buffers. The finding explains MLX's cache metric, which cap_cache looks for."""
+    cache holding freed buffers. Always on MLX's cache metric, the exact measure of the cause (which
+    cap_cache looks for and is judged on), explaining the resident memory that held it too."""
     cached = [m for m in (CACHE, RSS) if m in ev.unexplained(accepted) and ev.reclaimed_by(m) == "clear_cache"]
-    if not cached:
+    if not cached or CACHE not in ev.specs:
         return []
-    metric = cached[0]
     return [ev.finding(
-        "allocator_cache", metric, benign=True, reclaimed_by="clear_cache", explains=tuple(dict.fromkeys([*cached, CACHE])),
-        evidence=f"{ev.describe(metric)}{_active(ev)}; mx.clear_cache() took it back: MLX keeps freed buffers for "
+        "allocator_cache", CACHE, benign=True, reclaimed_by="clear_cache", explains=tuple(dict.fromkeys([CACHE, *cached])),
+        evidence=f"{ev.describe(cached[0])}{_active(ev)}; mx.clear_cache() took it back: MLX keeps freed buffers for "
                  f"reuse and, when shapes vary, a buffer of every size it has seen, up to the cache limit",
         recommendation="not a leak; if the memory is needed elsewhere, cap the cache with mx.set_cache_limit(bytes) "
                        "(remedy cap_cache sets it from the measured working set) rather than calling "
@@ -597,8 +714,9 @@ def integration(model: Any = None, optimizer: Any = None, limit: float | None = 
     return Integration(
         name="mlx",
         probes=[memory_probe(limit), sentinel],
-        forensics=[LazyChains(model, optimizer), CompileTraces(sentinel)],
+        forensics=[LazyChains(model, optimizer), CompileTraces(sentinel),
+                   ArrayCensus(tuple(o for o in (model,) if o is not None))],
         cleanups=[Cleanup("clear_cache", mx.clear_cache)],
-        rules=[Rule(20, lazy_graph), Rule(25, compile_cache), Rule(30, buffer_cache)],
+        rules=[Rule(20, lazy_graph), Rule(25, compile_cache), Rule(27, kept_arrays), Rule(30, buffer_cache)],
         targets=targets,
     )

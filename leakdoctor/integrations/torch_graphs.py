@@ -148,9 +148,9 @@ def retained_rule() -> Rule:
     judged on, when it survived the cleanup ladder, when the graphs' tensors account for its growth, or
     when they keep activations (more than numbers): memory grows then by at least their bytes a step,
     whether or not its series shows it yet. A watched container that holds them (a list on the module)
-    grows too: the finding explains its length, and is on that length when the kept graphs hold only
+    grows too: the finding explains its length, and is on that length whenever the kept graphs hold only
     numbers and their nodes (a loss kept after backward()): the list is the problem, which only the user
-    can bound."""
+    can bound, and its length is exact where resident memory's growth at that pace is noise."""
 
     def retained_graph(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         census = ev.reports.get("tensor_census")
@@ -164,7 +164,7 @@ def retained_rule() -> Rule:
         candidates = [f"{d}_allocated_bytes" for d in ("cuda", "mps") if d in census.devices] + ["rss_bytes"]
         memory = next((m for m in candidates if m in ev.specs and m not in explained and (
             census.saved_bytes or _graphs_account(ev, m, census) or m in unexplained and ev.survives(m))), None)
-        on_memory = memory is not None and (not containers or census.saved_bytes or _graphs_account(ev, memory, census))
+        on_memory = memory is not None and (not containers or census.saved_bytes > 0)
         metric = memory if on_memory else next(iter(containers), None)
         if metric is None:
             return []
