@@ -152,6 +152,34 @@ def test_models_built_in_a_loop_with_clear_session_are_clean(tmp_path):
     assert summary["steps"] == 20 and summary["series"]["keras_models_seen"]["end"] == 20
 
 
+def models_kept_in_a_list(backend: str, fits: int) -> dict:
+    """A sweep as users write it (issue #28's keep_models plant): keras.backend.clear_session() before
+    each model, one fit each, and every fitted model kept in a list; remedies off."""
+    keras = keras_on(backend)
+    from leakdoctor.callbacks.keras import LeakDoctorCallback
+
+    x, y = regression_data(256, 64)
+    doctor = LeakDoctorCallback(memory_limit=LIMIT, verbose=False)
+    models = []
+    for _ in range(fits):
+        keras.backend.clear_session()
+        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"),
+                                  keras.layers.Dense(256, activation="relu"), keras.layers.Dense(1)])
+        model.compile(optimizer="adam", loss="mse")
+        model.fit(x, y, epochs=1, batch_size=64, verbose=0, callbacks=[doctor])
+        models.append(model)  # model-kept
+    return {"summary": doctor.finish().to_dict(), "kept": len(models)}
+
+
+def test_models_kept_in_a_list_are_placed_at_the_append_on_torch():
+    summary = isolated(models_kept_in_a_list, "torch", 20)["summary"]
+    found = finding(summary, "python_objects")
+    assert found["metric"] in ("rss_bytes", "keras_models_alive"), found
+    assert found["location"] == f"models in models_kept_in_a_list() ({site('model-kept')})", found
+    assert found["state"] == "leak" and summary["verdict"] == "leak"
+    assert "still referenced after gc.collect()" in found["evidence"] and "held by models" in found["evidence"]
+
+
 # --- a clean fit --------------------------------------------------------------------------------------
 
 def clean_fit(backend: str, folder: str) -> dict:

@@ -11,6 +11,8 @@ it runs that full collection at a fixed point, so each model's memory is reused 
 callback registers each call's model (`Calls`), so the rule tells this from other growth: new models in
 most calls, and memory growing by at least half of what one model holds per new model (less is the heap
 settling around models that come and go, which a loop calling clear_session shows too: benign).
+Models the program keeps (a sweep's list of fitted models) survive that collection: the finding names
+the place that keeps them (integrations/holders.py) and its line.
 
 Retracing: on the JAX backend `fit`, `evaluate` and `predict` compile their step function for every new
 input shape (jax.jit), and keep each executable. `predict` called in a loop on inputs of changing size
@@ -25,11 +27,12 @@ import re
 import sys
 import weakref
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from leakdoctor.diagnosis import Evidence
 from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec, Rule
-from leakdoctor.integrations.source import is_user_file, user_site
+from leakdoctor.integrations.holders import Holder, find_holders
+from leakdoctor.integrations.source import caller_frame, is_user_file, user_site
 from leakdoctor.summary import Finding, format_value
 
 ALIVE = "keras_models_alive"
@@ -67,6 +70,7 @@ class Calls:
 
     def __init__(self) -> None:
         self._models: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._latest: Callable[[], Any] = lambda: None
         self.seen = 0
         self.model_bytes = 0.0
         self.kind: str | None = None
@@ -77,6 +81,8 @@ class Calls:
         if model is not None and model not in self._models:
             self._models.add(model)
             self.seen += 1
+        if model is not None:
+            self._latest = weakref.ref(model)
 
     def end(self, model: Any) -> None:
         if model is not None:
@@ -85,6 +91,12 @@ class Calls:
     @property
     def alive(self) -> int:
         return len(self._models)
+
+    def older(self) -> list[Any]:
+        """The models still in memory other than the latest call's: those a sweep kept (in a list, a dict,
+        the History objects that fit() returns), whose holder the models rule names."""
+        latest = self._latest()
+        return [model for model in list(self._models) if model is not latest]
 
     def probe(self) -> FunctionProbe:
         """Models this callback worked with: how many, how many are still in memory, and their size."""
@@ -226,6 +238,16 @@ def _memory(ev: Evidence, accepted: list[Finding]) -> list[str]:
     return sorted(grown, key=lambda m: m != RSS)
 
 
+def _held_models_memory(ev: Evidence, accepted: list[Finding]) -> list[str]:
+    """Resident memory that grew in the window, when the old models are still referenced after the
+    ladder's gc.collect(): what the C heap cached around them may have been taken back by malloc_trim
+    (a sweep's fits move tens of MiB through the heap, more than a kept model holds), but each model kept
+    holds its variables and optimizer state for good. [RSS], or none."""
+    if RSS not in ev.unexplained(accepted) or not model_turnover(ev).referenced:
+        return []
+    return [RSS]
+
+
 def _census(ev: Evidence) -> str:
     census = ev.reports.get("gc_census")
     return f"; live objects growing: {census.top()}" if census and census.rows else ""
@@ -242,6 +264,8 @@ def models_rule(calls: Calls) -> Rule:
         memory = _memory(ev, accepted)
         where = f"{calls.kind}() at {calls.site}" if calls.site else f"{calls.kind}()"
         models = f"{new} new models in {ev.steps} calls of {where}"
+        if not memory and model_turnover(ev).referenced:
+            memory = _held_models_memory(ev, accepted)
         if not memory:
             return [ev.finding(
                 "compile_cache", COMPILES, location=calls.site, explains=compiles, benign=True,
@@ -260,12 +284,18 @@ def models_rule(calls: Calls) -> Rule:
                 explains=explains, evidence=f"{ev.describe(metric)}{also}; {models}{size}: the models do not "
                 f"pile up, the C heap settles around models that come and go",
                 recommendation="not a leak: each old model is freed at the next garbage collection")]
+        location = calls.site
         if turnover.referenced:
-            cause, why = "python_objects", (
-                f"; {turnover.survived} old models are still referenced after gc.collect() (kept in a list or "
-                f"dict, or by the History objects that fit() returns: History.model is the model)")
-            advice = ("drop the references to old models (keep history.history, the dict, not the History "
-                      "object), then call keras.backend.clear_session() before building each new model")
+            holder = _models_holder(calls)
+            held = f": held by {holder.name}" if holder else \
+                " (kept in a list or dict, or by the History objects that fit() returns: History.model is the model)"
+            cause = "python_objects"
+            why = f"; {turnover.survived} old models are still referenced after gc.collect(){held}"
+            keep = f"do not keep each model in {holder.path}; " if holder else ""
+            advice = (f"drop the references to old models ({keep}keep history.history, the dict, not the History "
+                      f"object), then call "
+                      f"keras.backend.clear_session() before building each new model")
+            location = holder.location(ev.reports.get("tracemalloc")) if holder else location
         elif turnover.piling:
             cause, why = "python_objects", (
                 f"; gc.collect() took it back: a Keras model sits in reference cycles, which only a full garbage "
@@ -279,11 +309,20 @@ def models_rule(calls: Calls) -> Rule:
             advice = ("call keras.backend.clear_session() before building each new model: it also resets the "
                       "backend's caches (TensorFlow's graph and kernel cache, torch.compile's cache)")
         return [ev.finding(
-            cause, metric, location=calls.site, subject=turnover, explains=explains,
+            cause, metric, location=location, subject=turnover, explains=explains,
             evidence=f"{ev.describe(metric)}{also}; {models}{size}{why}{_census(ev)}",
             recommendation=f"{advice}; remedies='all' calls clear_session between calls (clear_session)")]
 
     return Rule(15, models_in_a_loop)
+
+
+def _models_holder(calls: Calls) -> Holder | None:
+    """Where the user's program keeps the old models (a list of a sweep, a global, a variable of the loop,
+    an attribute of its objects), with the line that stores them; None where no such place holds them
+    (only Keras's own objects do). Looked for from the user's code that called fit() outwards."""
+    older = calls.older()
+    holders = find_holders(older, [], caller_frame()) if older else []
+    return holders[0] if holders else None
 
 
 def retrace_rule(calls: Calls) -> Rule:
