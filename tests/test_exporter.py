@@ -300,10 +300,16 @@ print("%s:%d" % doctor._publisher.exporter.address, time.monotonic(), flush=True
 """
 
 
+def default_sigint() -> None:
+    """In the child before exec: SIGINT as a shell leaves it, whatever this pytest worker inherited or a
+    library in it set (ignored SIGINT is inherited, and Python then installs no KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_lingering(linger: float) -> tuple[subprocess.Popen, tuple[str, int]]:
     """A script that finishes its doctor and exits at once; its exporter's address, once finished."""
     process = subprocess.Popen([sys.executable, "-c", LINGERING_SCRIPT, str(linger)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     host, port = process.stdout.readline().split()[0].split(":")
     return process, (host, int(port))
 
@@ -340,7 +346,7 @@ def test_a_script_ended_by_ctrl_c_after_finish_does_not_wait_out_the_linger():
     script): the exit does not then wait out a linger of 600 s."""
     script = LINGERING_SCRIPT + "import os, signal\nos.kill(os.getpid(), signal.SIGINT)\n"
     process = subprocess.Popen([sys.executable, "-c", script, "600.0"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     try:
         assert process.wait(timeout=60) == -signal.SIGINT
         assert process.stderr.read().rstrip().endswith("KeyboardInterrupt")
