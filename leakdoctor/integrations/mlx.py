@@ -33,9 +33,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 from leakdoctor.diagnosis import Evidence
 from leakdoctor.integrations import Cleanup, FunctionProbe, Integration, MetricSpec, Rule
-from leakdoctor.integrations.holders import Holder, find_holders
+from leakdoctor.integrations.holders import Holder, find_holders, live_instances
 from leakdoctor.integrations.source import caller_frame, frame_locals, frame_location, short_path, source_line
-from leakdoctor.integrations.torch_graphs import live_instances
 from leakdoctor.pacing import Pacer
 from leakdoctor.summary import Finding, format_value
 

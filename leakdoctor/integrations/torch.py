@@ -23,8 +23,8 @@ from leakdoctor.integrations.pages import ItemPages
 from leakdoctor.integrations.process import Throttled
 from leakdoctor.integrations.python import CONTAINERS, step_time_note
 from leakdoctor.integrations.source import caller_frame, code_location
-from leakdoctor.integrations.holders import places
-from leakdoctor.integrations.torch_graphs import TensorCensus, live_instances, retained_rule
+from leakdoctor.integrations.holders import live_instances, places
+from leakdoctor.integrations.torch_graphs import TensorCensus, retained_rule
 from leakdoctor.summary import Finding, format_value
 
 HOOKS = "torch_hooks"

@@ -5,7 +5,6 @@ integration (integrations/torch.py), apart because it is the one piece that walk
 
 from __future__ import annotations
 
-import gc
 import sys
 import weakref
 from collections import Counter
@@ -14,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 from leakdoctor.diagnosis import Evidence
 from leakdoctor.integrations import Rule
-from leakdoctor.integrations.holders import Holder, find_holders
+from leakdoctor.integrations.holders import Holder, find_holders, live_instances
 from leakdoctor.integrations.python import CONTAINERS, new_items
 from leakdoctor.summary import Finding, format_value
 
@@ -63,21 +62,6 @@ class Retained:
     def kept_on(self, device: str) -> str:
         kept = [f"{n} × {desc}" for desc, n, _, _ in self.groups if desc.split()[-1].startswith(device)]
         return f"tensors gained on {device}: {', '.join(kept[:3])}" if kept else ""
-
-
-def live_instances(base: type) -> list[Any]:
-    """Every live instance of `base`. The subclass test is made once per type: against torch's tensor metaclass it
-    allocates, which tracemalloc (tracing during investigations) makes ten times slower."""
-    is_instance: dict[type, bool] = {}
-    found = []
-    for obj in gc.get_objects():
-        cls = type(obj)
-        verdict = is_instance.get(cls)
-        if verdict is None:
-            verdict = is_instance[cls] = issubclass(cls, base)
-        if verdict:
-            found.append(obj)
-    return found
 
 
 def group_of(t: Any) -> tuple[str, bool]:

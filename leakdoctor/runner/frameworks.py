@@ -81,7 +81,7 @@ def model_of(optimizer: Any) -> Any:
     one with more submodules: the outer model, or the DDP wrapper); None if no module holds any."""
     import torch
 
-    from leakdoctor.integrations.torch_graphs import live_instances
+    from leakdoctor.integrations.holders import live_instances
 
     params = {id(p) for group in optimizer.param_groups for p in group["params"]}
     best, best_key = None, (0, 0)
