@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from leakdoctor import oom, remedies, report
-from leakdoctor.detect import Trend, is_material
+from leakdoctor.detect import SCALES, Trend, is_material
 from leakdoctor.diagnosis import diagnose, unexplained_notes
 from leakdoctor.guard import Guard
 from leakdoctor.integrations import Cleanup, Forensic, MetricSpec, Rule
@@ -75,6 +75,7 @@ class Clinic:
         self.deferred = 0  # suspicions left for later because investigations had used their budget
         # metric: its peak at its last investigation (inf while one is open), see _over_budget
         self._investigated: dict[str, float] = {}
+        self._suspect_since: dict[str, int] = {}  # metric: the step since which every window close found it suspect
         self._tried: dict[tuple[str, str, str | None], set[str]] = {}
         self._step = 0
         self._context: Mapping[str, Any] = {}
@@ -116,6 +117,9 @@ class Clinic:
         self._verify()
         if self.investigation is None and completed:
             suspects = {m: t for m, levels in completed.items() if (t := self.monitor.suspicion(m, levels))}
+            before = self._suspect_since
+            self._suspect_since = {m: since for m, since in before.items() if m not in completed}
+            self._suspect_since.update({m: before.get(m, step) for m in suspects})
             if not suspects:
                 return
             if self._over_budget(suspects, run_seconds):
@@ -148,19 +152,25 @@ class Clinic:
 
     def _over_budget(self, suspects: Mapping[str, Any], run_seconds: float) -> bool:
         """Must these suspects wait? When investigations have used their share of the run, yes, unless
-        nothing found so far still leaks and one of them has never been investigated, or has grown past
-        its peak at its last investigation: a growth that was no leak (resident memory warming up, an
-        allocator's cache that malloc_trim took back) refills to that peak at most, and must not keep a
-        leak unnamed until the run has lasted twenty times that investigation, while a leak still
-        growing is most likely what the other metric sees too."""
+        nothing found so far still leaks and one of them is due a look (_due_again): a leak must not stay
+        unnamed until the run has lasted twenty times the first investigation (a short run: its first
+        investigation can cost a tenth of it), while a leak still growing is most likely what the other
+        metric sees too."""
         if not self.investigations or self.forensic_seconds <= self.forensic_budget * run_seconds:
             return False
         return self._leaking() or not any(self._due_again(metric) for metric in suspects)
 
     def _due_again(self, metric: str) -> bool:
-        """Has the metric's last window minimum passed its peak at its last investigation (never
-        investigated: yes)?"""
-        return self.monitor.series[metric].levels[0][-1][1] > self._investigated.get(metric, -math.inf)
+        """Is a suspect due a look although investigations have used their share? Yes if it was never
+        investigated, or its last window minimum has passed its peak at its last investigation: a growth
+        that was no leak (resident memory warming up, an allocator's cache that malloc_trim took back)
+        refills to that peak at most. Yes too if it has been suspect at every window close for
+        SCALES[1] windows: a refill fills what a step needs within a few steps, and a steady growth that
+        the last look missed (a Keras fit's warm-up that malloc_trim took back hid a leak's 136 KiB a
+        batch; regrowing past the peak took 470 batches) goes on."""
+        since = self._suspect_since.get(metric, self._step)
+        return self.monitor.series[metric].levels[0][-1][1] > self._investigated.get(metric, -math.inf) or \
+            self._step - since >= self.settings.window * SCALES[1]
 
     def _leaking(self) -> bool:
         """Does a leak found so far still grow? A benign finding is none, nor one whose growth stopped

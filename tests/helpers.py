@@ -104,7 +104,7 @@ PHRASES: dict[str, str] = {
     "not_seen_on_rank": "rank {rank}: {cause} on {metric} (not seen on rank {first})",
     "not_a_leak": "not a leak",
     "collector_on": "garbage collector, which is on",
-    "malloc_trim_returned": "malloc_trim had returned",
+    "nothing_allocated": "nothing new was allocated",
     "no_cuda_snapshot": "oom_snapshot={path}: CUDA is not available",
     "did_not_stop": "{remedy} did not stop {cause} on {metric}",
     "nan_readings": "{metric} read NaN or inf {count} time(s), first at step {step}",

@@ -49,7 +49,7 @@ def test_a_clean_public_script_at_the_defaults_ends_clean_with_no_finding(name, 
     assert "error" not in run, run["error"]
     summary = run["summary"]
     assert summary["steps"] >= 1 and summary["errors"] == [], summary["errors"]
-    assert kept(summary) == [], shown(summary)
+    assert kept(summary) == [], (shown(summary), summary["notes"])
     assert summary["verdict"] == "clean"
 
 
@@ -59,7 +59,7 @@ def test_the_planted_leak_is_found_with_its_cause_at_the_users_line(name, steps,
     run = bench_realworld.run_script(name, "leak", str(tmp_path), steps=steps)
     assert "error" not in run, run["error"]
     scored = bench_realworld.score_leak(script, run)
-    assert scored["found"], (script.causes, shown(run["summary"]))
+    assert scored["found"], (script.causes, shown(run["summary"]), run["summary"]["notes"])
     assert scored["cause"] in script.causes
     # The location names the file and line where the user planted it (for the old RAdam, its lax.cond).
     assert scored["location_ok"], (scored["location"], script.where)
