@@ -165,12 +165,14 @@ class Clinic:
         investigated, or its last window minimum has passed its peak at its last investigation: a growth
         that was no leak (resident memory warming up, an allocator's cache that malloc_trim took back)
         refills to that peak at most. Yes too if it has been suspect at every window close for
-        SCALES[1] windows: a refill fills what a step needs within a few steps, and a steady growth that
+        SCALES[2] windows: a refill fills what a step needs within a few steps, and a steady growth that
         the last look missed (a Keras fit's warm-up that malloc_trim took back hid a leak's 136 KiB a
-        batch; regrowing past the peak took 470 batches) goes on."""
+        batch; regrowing past the peak took 470 batches) goes on. (After SCALES[1] windows, a clean
+        Keras fit's slow creep (its evaluations at each epoch's end) got two or three looks in 300 batches,
+        and one of them a native_memory false alarm in 1 run of 8.)"""
         since = self._suspect_since.get(metric, self._step)
         return self.monitor.series[metric].levels[0][-1][1] > self._investigated.get(metric, -math.inf) or \
-            self._step - since >= self.settings.window * SCALES[1]
+            self._step - since >= self.settings.window * SCALES[2]
 
     def _leaking(self) -> bool:
         """Does a leak found so far still grow? A benign finding is none, nor one whose growth stopped
