@@ -96,7 +96,7 @@ class LeakDoctor:
         # _register_ending): a part that held the doctor would keep a dropped doctor from being collected.
         say, limit_of = _Late(type(self), self.__dict__, "_say"), _Late(type(self), self.__dict__, "_limit_of")
         self._clinic = Clinic(self.settings, self._monitor, practice, self._guard, say)
-        self._limit_watch = stopping.LimitWatch(self.settings, self._guard, limit_of, say)
+        self._limit_watch = self._new_limit_watch(limit_of, say)
         self._snapshot = oom.Snapshot(self.settings.oom_snapshot)
         self._sampler = Sampler(self.settings, self._probes, self._monitor)
         # The summary written while the run goes (heartbeat=, oom_watermark=), so that a SIGKILL leaves it
@@ -137,6 +137,11 @@ class LeakDoctor:
     def _forensics(self, parts: Sequence[Integration]) -> list[Any]:
         """The forensics an investigation may run: every part's (a subclass may leave some out)."""
         return [f for part in parts for f in part.forensics]
+
+    def _new_limit_watch(self, limit_of: Callable[[str], dict[str, Any] | None],
+                         say: Callable[[str], None]) -> stopping.LimitWatch:
+        """What acts on on_limit: this process's own watch (a distributed doctor's ranks agree instead)."""
+        return stopping.LimitWatch(self.settings, self._guard, limit_of, say)
 
     def _new_publisher(self) -> exporter.Publisher | None:
         """This doctor's Prometheus feed: its own server when `prometheus_port` is set (a subclass may feed
@@ -379,13 +384,15 @@ class LeakDoctor:
             settings=report.settings_record(self.settings, self._sampler.pacer.every),
             memory_limit=self._limit_of(first.metric if first else "rss_bytes"),
             stopped=self._limit_watch.stopped,
+            stopped_by=self._limit_watch.stopped_by,
             unwatched=report.unwatched(self.settings, self._step),
         )
 
     def _bare_summary(self) -> Summary:
         return Summary(self.framework, self._step, {}, list(self._clinic.findings), notes=list(self._clinic.notes),
                        errors=list(self._guard.errors), rank=self.settings.rank, version=__version__,
-                       memory_limit=self._memory.record(), stopped=self._limit_watch.stopped)
+                       memory_limit=self._memory.record(), stopped=self._limit_watch.stopped,
+                       stopped_by=self._limit_watch.stopped_by)
 
     def _limit_of(self, metric: str) -> dict[str, Any] | None:
         """The summary's `memory_limit` entry for a metric: which limit it was held to, and why."""

@@ -132,6 +132,9 @@ def check(data: Any) -> None:
         "a list of rank objects", required=False)
     _field(data, "unwatched", "summary", _optional(lambda v: isinstance(v, dict) and all(
         _string(v.get(k)) for k in ("reason", "fix"))), "an object with reason and fix, or null", required=False)
+    _field(data, "stopped_by", "summary", _optional(lambda v: isinstance(v, dict) and all(
+        _optional(_integer)(v.get(k)) for k in ("rank", "step"))), "an object with the rank and step, or null",
+        required=False)
     _field(data, "complete", "summary", lambda v: isinstance(v, bool), "true or false", required=False)
     _field(data, "written_at", "summary", _optional(_string), "a time (ISO 8601) or null", required=False)
     for key in ("overhead", "settings"):

@@ -1,6 +1,8 @@
 """One summary for a distributed run: rank 0's own summary, extended with the findings of every other
-rank (one per cause and place, however many ranks found it) and a `ranks` entry per rank. Pure: the
-gathering itself belongs to the framework (torch.distributed in integrations/torch.py)."""
+rank (one per cause and place, however many ranks found it), a `ranks` entry per rank, and, when
+on_limit="stop" stopped every rank, which rank asked and why (`stopped_by`: only the rank that asked
+knows its reason). Pure: the gathering itself belongs to the framework (torch.distributed in
+integrations/torch.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,11 @@ from leakdoctor.summary import Summary
 
 
 def rank_entry(summary: Summary) -> dict[str, Any]:
-    """What the merged summary keeps of one rank: its verdict, its findings and its series' ends and peaks."""
+    """What the merged summary keeps of one rank: its verdict, its findings and its series' ends and peaks.
+    A rank that stopped because another asked is judged by its own findings, not by the stop."""
+    by = summary.stopped_by
+    if by and by.get("rank") != summary.rank:  # stopped because another rank asked: its own verdict stands
+        summary = dataclasses.replace(summary, stopped=None)
     return {
         "rank": summary.rank,
         "steps": summary.steps,
@@ -39,9 +45,21 @@ def merge(summaries: Sequence[Summary]) -> Summary:
             findings.append(finding)
             notes.append(f"rank {other.rank}: {finding.cause} on {finding.metric} (not seen on rank {first.rank})")
     projections = [s.projected_limit_step for s in ordered if s.projected_limit_step is not None]
+    stopped, by = first.stopped, asker(ordered)
+    if stopped and by and by.get("reason"):
+        stopped = {**stopped, "reason": by["reason"]}
+        notes.append(f"rank {by['rank']} asked to stop at step {by['step']}: {by['reason']}")
     return dataclasses.replace(
-        first, findings=findings, notes=notes, ranks=[rank_entry(s) for s in ordered],
+        first, findings=findings, notes=notes, ranks=[rank_entry(s) for s in ordered], stopped=stopped,
+        stopped_by=by,
         projected_limit_step=min(projections) if projections else None,
         errors=[{**e, "part": f"rank {s.rank}: {e['part']}"} if s.rank != first.rank else e
                 for s in ordered for e in s.errors],
     )
+
+
+def asker(summaries: Sequence[Summary]) -> dict[str, Any] | None:
+    """The `stopped_by` of a run all ranks stopped: from the lowest rank that asked itself (which alone
+    knows the step it asked at and why), else what any rank knows."""
+    asked = [s.stopped_by for s in summaries if s.stopped_by and s.stopped_by.get("rank") == s.rank]
+    return (asked or [s.stopped_by for s in summaries if s.stopped_by] or [None])[0]

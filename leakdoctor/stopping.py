@@ -14,11 +14,18 @@ further ahead than a tenth of the steps seen so far, short enough that a steady 
 it; and it scales with the run (a few steps early on, hundreds in a long run). However small the
 margin, it covers twice the steps between two samples, since the doctor samples every few steps when
 its steps are short.
+
+In a distributed run one rank cannot leave the loop alone: the others would wait for it in their next
+collective. There (SharedLimitWatch) a rank whose watch would stop asks instead, and the ranks agree on a
+schedule every rank knows, every `every` steps: one collective says whether any rank asked, and if one
+did, every rank stops at that same step, with one checkpoint. The margin covers the steps to the next
+agreement. The summary's `stopped_by` says which rank asked, at which step, and why.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Callable
 
 from leakdoctor import report
@@ -44,6 +51,10 @@ class LimitWatch:
         self.say = say
         self.should_stop = False
         self.stopped: dict[str, Any] | None = None
+        #: which rank asked to stop, at which step, and why (a distributed run's; None otherwise)
+        self.stopped_by: dict[str, Any] | None = None
+        #: steps between the decision and the stop (a distributed run's wait for the ranks to agree)
+        self.latency = 0
         self._acted = False
         self._warned_left: int | None = None
         self._last_check: int | None = None
@@ -76,10 +87,10 @@ class LimitWatch:
 
     def margin(self, step: int, gap: int) -> int:
         """The margin in steps at this step: limit_margin's steps, or its fraction of the steps so far;
-        at least twice the steps between two checks."""
+        at least twice the steps between two checks; and the steps the stop may wait for (`latency`)."""
         margin = self.settings.limit_margin
         steps = margin if isinstance(margin, int) else math.ceil(margin * step)
-        return max(steps, 2 * gap)
+        return max(steps, 2 * gap) + self.latency
 
     def describe(self, projection: report.Projection, step: int) -> str:
         """'rss_bytes is projected to reach the memory limit (1.2 GiB, cgroup) at step 340, in 40 steps:
@@ -103,14 +114,78 @@ class LimitWatch:
         if action == "warn":
             warn(f"{reason}; on_limit='stop' would end the run with a checkpoint now")
         elif action == "stop":
-            saved = self.guard.call("checkpoint", self.settings.checkpoint) if self.settings.checkpoint else None
-            checkpoint = None if "checkpoint" in self.guard.off else _checkpoint_name(saved, self.settings.checkpoint)
-            self.stopped = {"step": step, "reason": reason.removeprefix("leakdoctor: "), "checkpoint": checkpoint}
-            self.should_stop = True
-            warn(f"{reason}: stopping the run at step {step}" + (f"; checkpoint: {checkpoint}" if checkpoint else ""))
+            self._stop(reason, step)
         else:
             self.say(f"{reason.removeprefix('leakdoctor: ')}: calling on_limit")
             self.guard.call("on_limit", action, summary())
+
+
+    def _stop(self, reason: str, step: int) -> None:
+        """End the run now: the checkpoint, `stopped`, `should_stop`."""
+        checkpoint = self._checkpoint()
+        self.stopped = {"step": step, "reason": reason.removeprefix("leakdoctor: "), "checkpoint": checkpoint}
+        self.should_stop = True
+        warn(f"{reason}: stopping the run at step {step}" + (f"; checkpoint: {checkpoint}" if checkpoint else ""))
+
+    def _checkpoint(self) -> str | None:
+        """Call `checkpoint=` (guarded); what the summary records of it."""
+        saved = self.guard.call("checkpoint", self.settings.checkpoint) if self.settings.checkpoint else None
+        return None if "checkpoint" in self.guard.off else _checkpoint_name(saved, self.settings.checkpoint)
+
+
+#: How the ranks agree: given whether this rank asks to stop, one collective that every rank enters at the
+#: same step; it returns whether any rank asked, and the lowest rank that did when it knows (else None).
+Agree = Callable[[bool], tuple[bool, int | None]]
+
+
+class SharedLimitWatch(LimitWatch):
+    """on_limit="stop" for one rank of a distributed run. A rank whose watch would stop asks instead
+    (`asked`); every `every` steps, counted by `due()` on every rank alike, `settle()` runs `agree`, and
+    when any rank asked, every rank stops at that step: the checkpoint (on this rank if `checkpoint_here`:
+    rank 0's for a loop, every rank's when saving is itself a collective, as Lightning's is), `stopped`,
+    `stopped_by`, `should_stop`. Data flows one way: the agreement reads what the watch decided."""
+
+    def __init__(self, settings: Settings, guard: Guard, limit_of: Callable[[str], dict[str, Any] | None],
+                 say: Callable[[str], None], *, agree: Agree, every: int, rank: int, checkpoint_here: bool) -> None:
+        super().__init__(settings, guard, limit_of, say)
+        self.agree = agree
+        self.every = every
+        self.rank = rank
+        self.checkpoint_here = checkpoint_here
+        self.latency = every - 1  # a rank that asks stops at the next agreement, at most every - 1 steps on
+        self.asked: dict[str, Any] | None = None
+        self.agreements = 0
+        self.agree_seconds = 0.0  # the collectives' time, which the summary's overhead includes
+        self._calls = 0
+
+    def _stop(self, reason: str, step: int) -> None:
+        self.asked = {"rank": self.rank, "step": step, "reason": reason.removeprefix("leakdoctor: ")}
+        warn(f"{reason}: asking every rank to stop (the ranks agree every {self.every} steps)")
+
+    def due(self) -> bool:
+        """Count a step; True at the steps where the ranks agree (every `every`-th, until they stopped)."""
+        self._calls += 1
+        return self._calls % self.every == 0 and not self.should_stop
+
+    def settle(self, step: int) -> None:
+        """Agree with the other ranks; stop at this step if any of them (or this one) asked."""
+        start = time.perf_counter()
+        stop, by = self.agree(self.asked is not None)
+        self.agree_seconds += time.perf_counter() - start
+        self.agreements += 1
+        if stop:
+            self._stop_together(step, by)
+
+    def _stop_together(self, step: int, by: int | None) -> None:
+        asked = self.asked if self.asked is not None and by in (None, self.rank) else None
+        self.stopped_by = asked or {"rank": by, "step": None, "reason": None}
+        who = f"rank {by}" if by is not None else "another rank"
+        reason = asked["reason"] if asked else f"{who} asked every rank to stop before the memory limit"
+        checkpoint = self._checkpoint() if self.checkpoint_here else None
+        self.stopped = {"step": step, "reason": reason, "checkpoint": checkpoint}
+        self._acted = self.should_stop = True
+        warn(f"leakdoctor: {reason}: every rank stops at step {step}"
+             + (f"; checkpoint: {checkpoint}" if checkpoint else ""))
 
 
 def still_growing(monitor: Monitor, projection: report.Projection) -> bool:

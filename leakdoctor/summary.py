@@ -158,6 +158,9 @@ class Summary:
     settings: dict[str, Any] = field(default_factory=dict)
     memory_limit: dict[str, Any] | None = None
     stopped: dict[str, Any] | None = None
+    #: In a distributed run that on_limit="stop" ended: the rank that asked every rank to stop, the step it
+    #: asked at and why ({"rank", "step", "reason"}; step and reason None where this rank does not know).
+    stopped_by: dict[str, Any] | None = None
     oom: dict[str, Any] | None = None
     unwatched: dict[str, Any] | None = None
     #: False for a summary of a run still going (a heartbeat's, an OOM watermark's, a snapshot): a file
@@ -214,7 +217,8 @@ class Summary:
             "memory_limit": self.memory_limit,
             "complete": self.complete,
             "written_at": self.written_at,
-            **{key: value for key, value in (("stopped", self.stopped), ("oom", self.oom),
+            **{key: value for key, value in (("stopped", self.stopped), ("stopped_by", self.stopped_by),
+                                             ("oom", self.oom),
                                              ("unwatched", self.unwatched)) if value is not None},
         }
 
@@ -245,6 +249,7 @@ class Summary:
             settings=data.get("settings", {}),
             memory_limit=data.get("memory_limit"),
             stopped=data.get("stopped"),
+            stopped_by=data.get("stopped_by"),
             oom=data.get("oom"),
             unwatched=data.get("unwatched"),
             complete=data.get("complete", True),  # files older than the field were written at the end
@@ -462,6 +467,10 @@ def _ending(summary: Summary) -> list[str]:
         stop = summary.stopped
         lines.append(f"STOPPED at step {stop['step']} before the memory limit: {stop['reason']}")
         lines.append(f"  checkpoint: {stop.get('checkpoint') or 'none saved'}")
+        by = summary.stopped_by
+        if by and by.get("rank") is not None:
+            lines.append(f"  asked by rank {by['rank']}" + (f" at step {by['step']}" if by.get("step") is not None
+                                                           else "") + "; every rank stopped at the same step")
     if summary.oom:
         oom = summary.oom
         if oom.get("imminent"):

@@ -17,8 +17,12 @@ of the earlier fits stay in the summary, which each fit's end writes again.
 With `on_limit="stop"`, when an unremedied leak is projected to reach the memory limit within the margin,
 the callback saves a checkpoint (`trainer.save_checkpoint`) into the ModelCheckpoint's folder, else
 `default_root_dir/checkpoints`, calls `checkpoint=` if given, and sets `trainer.should_stop`; resume with
-`Trainer.fit(ckpt_path=...)`. Under DDP one rank cannot stop (or save) alone without hanging the others,
-so there "stop" acts as "warn".
+`Trainer.fit(ckpt_path=...)`. Under DDP (any strategy with several ranks) the ranks stop together, as
+Lightning's EarlyStopping does: a rank whose leak is near the limit asks, and every `window` steps (the same
+batches on every rank) `trainer.strategy.reduce_boolean_decision(asked, all=False)` says whether any rank
+asked; if one did, every rank saves (`trainer.save_checkpoint` is a collective; `checkpoint=` is called on
+rank 0 alone) and sets `trainer.should_stop` at that step. Rank 0's summary says in `stopped_by` which
+rank asked, at which step and why.
 
 Works with `lightning` and `pytorch_lightning`: the class derives from the Callback of each of the two that
 is imported when this module is imported (lightning.pytorch if neither is), so import Lightning first.
@@ -39,6 +43,7 @@ from leakdoctor.callbacks.torch import LeakDoctor
 from leakdoctor.doctor import STATE_SCHEMA
 from leakdoctor.guard import Guard
 from leakdoctor.settings import DoctorOptions, documented
+from leakdoctor.stopping import Agree
 from leakdoctor.summary import Finding, Summary
 
 _PACKAGES = ("lightning.pytorch", "pytorch_lightning")
@@ -55,11 +60,20 @@ class LightningDoctor(LeakDoctor):
     #: requeues on SLURM); on_exception then finishes this doctor. leakdoctor's own handler keeps out.
     framework_handles_sigterm = True
 
-    def __init__(self, *, earlier: Summary | None = None, **options: Any) -> None:
+    #: Lightning's save_checkpoint is a collective that every rank enters (rank 0 writes the file).
+    checkpoint_on_every_rank = True
+
+    def __init__(self, *, earlier: Summary | None = None, agree: Agree | None = None, **options: Any) -> None:
+        self._agree = agree  # before the engine builds its limit watch, which asks for it
         super().__init__(**options)
         self._earlier = earlier
         if earlier is not None:
             self.load_state_dict({"schema": STATE_SCHEMA, "steps": earlier.steps, "findings": [], "notes": []})
+
+    def _stop_agreement(self) -> Agree | None:
+        """The strategy's reduce_boolean_decision when the trainer runs several ranks (the callback's
+        `agree`), never torch.distributed directly: the strategy knows its own collectives."""
+        return self._agree if self.settings.on_limit == "stop" else None
 
     def _build_summary(self) -> Summary:
         summary = super()._build_summary()
@@ -183,10 +197,11 @@ class LeakDoctorCallback(Callback):
         previous, resumed, self._resumed = self.doctor, self._resumed, None
         earlier = self._guard.call("continue", previous.finish) if previous is not None and not resumed else None
         options = {**self._options, "rank": trainer.global_rank}
-        if options.get("on_limit") == "stop":  # (under DDP the torch doctor makes it "warn")
+        if options.get("on_limit") == "stop":
             options["checkpoint"] = _saver(trainer, options.get("checkpoint"), self._guard)
+        agree = _agreement(trainer) if trainer.world_size > 1 else None
         self.doctor = self._guard.call("start", LightningDoctor, model=pl_module, optimizer=optimizer,
-                                       watch_model=self.watch_model, earlier=earlier, **options)
+                                       watch_model=self.watch_model, earlier=earlier, agree=agree, **options)
         if self.doctor is not None and resumed:
             self._guard.call("resume", self.doctor.load_state_dict, resumed)
 
@@ -239,10 +254,22 @@ def _not_started() -> Summary:
         "fix": "pass the callback to a Trainer and call trainer.fit(...)"})
 
 
+def _agreement(trainer: Any) -> Agree:
+    """How the trainer's ranks agree to stop: the strategy's reduce_boolean_decision, true when any rank
+    asked (as EarlyStopping does). It does not say which rank asked: rank 0's summary learns that from
+    the gathered summaries."""
+    def agree(asked: bool) -> tuple[bool, int | None]:
+        stop = bool(trainer.strategy.reduce_boolean_decision(asked, all=False))
+        return stop, (trainer.global_rank if asked else None)
+
+    return agree
+
+
 def _saver(trainer: Any, user: Callable[[], Any] | None, guard: Guard) -> Callable[[], str]:
-    """The checkpoint on_limit="stop" takes: the user's `checkpoint=` (guarded), then the trainer's own."""
+    """The checkpoint on_limit="stop" takes: the user's `checkpoint=` (guarded, on rank 0 alone), then the
+    trainer's own (on every rank: a collective, whose file rank 0 writes)."""
     def save() -> str:
-        if user is not None:
+        if user is not None and trainer.is_global_zero:
             guard.call("checkpoint", user)
         folder = getattr(trainer.checkpoint_callback, "dirpath", None) or os.path.join(trainer.default_root_dir,
                                                                                        "checkpoints")

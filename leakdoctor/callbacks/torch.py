@@ -11,18 +11,25 @@ autograd graph across steps, DataLoader workers; the model's list attributes are
 torch.distributed every rank measures itself, and `finish()` (on every rank) hands rank 0 one summary
 with every rank's findings (`ranks` in the JSON); only rank 0 writes a file and prints. A doctor the
 script never finished (finished at exit, on SIGTERM or when collected) gathers nothing: a collective at
-exit can wait forever for a rank that has gone or waits for this one; its summary says so. Under
-torch.distributed on_limit="stop" acts as "warn": a rank that left the loop alone would leave the others waiting for it.
+exit can wait forever for a rank that has gone or waits for this one; its summary says so.
+
+Under torch.distributed, on_limit="stop" stops every rank together, at the same step: a rank that left
+the loop alone would leave the others waiting for it in their next collective. A rank whose leak is near
+the limit asks; every `window` steps (6 by default, the same steps on every rank, with no communication
+to fix them) one all_reduce of one integer says whether any rank asked, and then `should_stop` is True on
+every rank at that step. Rank 0 alone calls `checkpoint=` (one checkpoint). The summary's `stopped_by`
+says which rank asked, at which step and why; the all_reduces' time is in its overhead. Every rank must
+call step() once a step, as a DDP loop does.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+import time
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-from leakdoctor import doctor, ranks
+from leakdoctor import doctor, ranks, stopping
 from leakdoctor.integrations import torch as torch_integration
-from leakdoctor.stopping import warn
 from leakdoctor.settings import DoctorOptions, documented
 from leakdoctor.summary import Summary
 
@@ -61,6 +68,9 @@ class LeakDoctor(doctor.LeakDoctor):
     """
 
     framework = "torch"
+    #: Whether every rank calls `checkpoint=` when the ranks stop together: in a loop rank 0 alone does
+    #: (one checkpoint; DDP's weights are the same on every rank). Lightning's save is itself a collective.
+    checkpoint_on_every_rank: ClassVar[bool] = False
 
     def __init__(self, *, model: Any = None, optimizer: Any = None, watch_model: bool = True,
                  **options: Unpack[DoctorOptions]) -> None:
@@ -72,12 +82,48 @@ class LeakDoctor(doctor.LeakDoctor):
             options.setdefault("rank", rank)
             if options["rank"] > 0:  # rank 0 writes the summary of every rank
                 options.update(summary_path=None, plot_path=None)
-            if options.get("on_limit") == "stop" and torch_integration.require_torch().distributed.get_world_size() > 1:
-                warn("leakdoctor: on_limit='stop' acts as 'warn' under torch.distributed: one rank cannot stop alone")
-                options["on_limit"] = "warn"
         super().__init__(integrations=[part, *options.pop("integrations", ())], **options)
+        self._shared = isinstance(self._limit_watch, stopping.SharedLimitWatch)
         if model is not None and watch_model:
             self.watch_object(torch_integration.unwrap(model))
+
+    def step(self, **context: Any) -> None:
+        super().step(**context)
+        if self._shared and self._limit_watch.due() and self._result is None:
+            self._settle()
+
+    def _settle(self) -> None:
+        """The ranks agree whether to stop, all at this step; the time is the doctor's own (its overhead)."""
+        with self._lock:
+            start, cpu = time.perf_counter(), time.process_time()
+            self._guard.call("stop agreement", self._limit_watch.settle, self._step)
+            wall = time.perf_counter() - start
+            self._sampler.charge(self._step, wall, wall, time.process_time() - cpu, None, False)
+
+    def _stop_agreement(self) -> stopping.Agree | None:
+        """How the ranks agree to stop when on_limit="stop" runs on several: torch.distributed's all_reduce
+        (None on one rank: the doctor stops alone)."""
+        if self.settings.on_limit != "stop" or torch_integration.world_size() < 2:
+            return None
+        return torch_integration.any_rank
+
+    def _new_limit_watch(self, limit_of: Callable[[str], dict[str, Any] | None],
+                         say: Callable[[str], None]) -> stopping.LimitWatch:
+        agree = self._stop_agreement()
+        if agree is None:
+            return super()._new_limit_watch(limit_of, say)
+        rank = self.settings.rank
+        return stopping.SharedLimitWatch(self.settings, self._guard, limit_of, say, agree=agree,
+                                         every=self.settings.window, rank=rank,
+                                         checkpoint_here=self.checkpoint_on_every_rank or rank == 0)
+
+    def _overhead(self) -> dict[str, float]:
+        """The doctor's overhead, with the stop agreements' count and time (already in its total)."""
+        overhead = super()._overhead()
+        watch = self._limit_watch
+        if isinstance(watch, stopping.SharedLimitWatch):
+            overhead.update(stop_agreements=watch.agreements, stop_agreement_seconds=watch.agree_seconds)
+        return overhead
 
     def _complete(self, summary: Summary, exception: BaseException | None) -> Summary:
         """Gather every rank's summary into rank 0's; not after an exception, when the other ranks may

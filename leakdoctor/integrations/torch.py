@@ -77,6 +77,21 @@ def gather(obj: Any) -> list[Any] | None:
     return gathered
 
 
+def any_rank(asked: bool) -> tuple[bool, int | None]:
+    """Did any rank ask (on_limit="stop"), and the lowest that did: one all_reduce (MAX) over one integer,
+    world_size - rank from a rank that asks and 0 from the others, so the maximum names the lowest rank
+    that asked. Every rank must call it at the same step. On the current CUDA device under NCCL (which
+    reduces no CPU tensor), else on the CPU (gloo)."""
+    torch = require_torch()
+    dist = torch.distributed
+    world, rank = dist.get_world_size(), dist.get_rank()
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    flag = torch.tensor([world - rank if asked else 0], dtype=torch.int64, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    top = int(flag.item())
+    return top > 0, (world - top if top else None)
+
+
 def world_size() -> int:
     """How many ranks torch.distributed runs (1 when it is not initialized)."""
     dist = require_torch().distributed
