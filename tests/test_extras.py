@@ -33,8 +33,11 @@ PROMISED: dict[str, set[str]] = {
     "mlx": {"mlx", "mlx-cpu"} if LINUX else {"mlx"},
     "plot": {"matplotlib"},
     "prometheus": {"prometheus-client"},
+    "ray": {"ray", "torch"},
 }
-PROMISED["all"] = set().union(*PROMISED.values())
+#: The extras `all` leaves out (ray: ray, pyarrow and pandas are heavy, and Ray Train is a launcher, not a framework).
+NOT_IN_ALL = {"ray"}
+PROMISED["all"] = set().union(*(names for extra, names in PROMISED.items() if extra not in NOT_IN_ALL))
 #: The core's own dependencies: every extra brings them.
 CORE = {"leakdoctor", "psutil", "numpy"}
 #: Keras backends: the `keras` extra must bring none of them.
@@ -43,9 +46,9 @@ BACKENDS = {"jax", "jaxlib", "torch", "tensorflow", "tensorflow-cpu"}
 UNREACHABLE = re.compile(r"NewConnectionError|Failed to establish a new connection|Temporary failure in name "
                          r"resolution|Name or service not known|Network is unreachable|ConnectTimeout|ProxyError|"
                          r"Max retries exceeded")
-CALLBACKS = ["torch", "lightning", "keras", "flax", "mlx"]
+CALLBACKS = ["torch", "lightning", "keras", "flax", "mlx", "ray"]
 #: What each callback module's framework is, to skip where it is not installed.
-FRAMEWORK = {"torch": "torch", "lightning": "lightning", "keras": "keras", "flax": "flax", "mlx": "mlx"}
+FRAMEWORK = {"torch": "torch", "lightning": "lightning", "keras": "keras", "flax": "flax", "mlx": "mlx", "ray": "ray"}
 
 
 def normalise(name: str) -> str:
@@ -139,6 +142,8 @@ INSTALLED: list[tuple[str, str, str | None]] = [
     ("keras-torch", KERAS_ON.format("torch"), "torch"),
     ("lightning", "from leakdoctor.callbacks.lightning import LeakDoctorCallback\nLeakDoctorCallback(verbose=False)",
      None),
+    ("ray", "import ray.train, ray.train.torch\nfrom leakdoctor.callbacks import ray as leakdoctor_ray\n"
+            "assert leakdoctor_ray.require_ray() is ray.train", None),
     ("mlx", doctor_step("mlx", "mlx.nn", "model=mlx.nn.Linear(2, 2)"), None),
     ("plot", "import os; from leakdoctor import Summary; from leakdoctor.plot import plot_summary; "
              "plot_summary(Summary('python', 0, {}, []), 'plot.png'); assert os.path.getsize('plot.png') > 1000", None),
@@ -154,10 +159,10 @@ def test_every_extra_installs_and_imports_in_a_fresh_venv(tmp_path: Path):
     plot drawn, the exporter's prometheus_client found. The order makes each check count: `keras` first,
     while no backend is there (its callback's ImportError names `.[keras-jax]`), then Keras on jax, the JAX
     doctor with flax, optax and equinox, torch's doctor (before lightning is there), Keras on torch,
-    lightning, mlx, the plot, the exporter. `all` is only resolved (above): it adds nothing to these.
-    Affordable on a 2-core CI machine (about a minute): one environment, every version pinned by
-    requirements-dev.lock (the wheels `make test` installed, from pip's cache where it has them), nothing
-    byte-compiled at install. Skips only when pip cannot reach the package index."""
+    lightning, Ray Train (ray.train found by leakdoctor's helper), mlx, the plot, the exporter. `all` is only
+    resolved (above): it adds nothing to these. Affordable on a 2-core CI machine (about a minute): one
+    environment, every version pinned by requirements-dev.lock (the wheels `make test` installed, from pip's
+    cache where it has them), nothing byte-compiled at install. Skips only when pip cannot reach the package index."""
     assert {extra for extra, _, _ in INSTALLED} == set(extras()) - {"all"}, "say here what a new extra imports"
     python = fresh_venv(tmp_path / "venv")
 
@@ -222,3 +227,14 @@ def test_keras_without_its_backend_names_the_extras(backend: str, hidden: bool, 
     assert said.startswith("ImportError"), said
     assert f"backend {backend!r}" in said and "KERAS_BACKEND" in said, said
     assert 'pip install ".[keras-jax]"' in said and 'pip install ".[keras-torch]"' in said, said
+
+
+def test_ray_report_without_ray_names_the_extra():
+    """Importing leakdoctor.callbacks.ray needs no ray; report() without it is an ImportError that names
+    `pip install leakdoctor[ray]`."""
+    code = ("import sys; sys.modules['ray'] = None\nfrom leakdoctor.callbacks import ray as leakdoctor_ray\n"
+            "try:\n    leakdoctor_ray.report(None)\nexcept ImportError as err:\n    print('ImportError', err)\n"
+            "else:\n    print('reported')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("ImportError") and "pip install leakdoctor[ray]" in done.stdout, done.stdout
