@@ -129,7 +129,9 @@ def test_two_ray_train_workers_stop_together_when_one_leaks(local_cluster, tmp_p
     assert [r["rank"] for r in ranks] == [0, 1] and [r["steps"] for r in ranks] == [stop, stop]
     assert ranks[1]["verdict"] == "leak" and ranks[1]["series"]["rss_bytes"]["peak"] < seen[1]["limit"]
     assert summary["projected_limit_step"] > stop
-    # rank 1's finding, on the list that keeps the leak: gathered into rank 0's summary, not seen on rank 0
+    # rank 1's finding, on the list that keeps the leak: gathered into rank 0's summary, not seen on rank 0.
+    # Rank 0's own verdict is not checked: its resident memory includes Ray's runtime in the same process,
+    # whose growth in this 2-second run it reports as native_memory (the plain gloo loop's rank 0 is clean).
     hoards = [f for f in ranks[1]["findings"] if f["cause"] == "container_growth" and "hoard" in f["metric"]]
     assert hoards and hoards[0] in summary["findings"], ranks[1]["findings"]
     assert hoards[0]["metric"] not in {f["metric"] for f in ranks[0]["findings"]}, ranks[0]["findings"]

@@ -32,6 +32,8 @@ every worker at the same step. What differs under Ray:
 - `train_loop_per_worker` runs in a thread of the worker, so the doctor installs no SIGTERM handler (Ray
   owns the worker's signals); `heartbeat=` and `oom_watermark=` still leave a summary of a killed worker.
 - Ray sets LOCAL_RANK: with `prometheus_port=` each worker serves base port + LOCAL_RANK, as under torchrun.
+- A worker's resident memory includes Ray's own runtime in that process: in a run of a few seconds its
+  growth can show as a `native_memory` finding on a worker that does not leak.
 
 `report` is the only addition. It sends the doctor's headline figures through `ray.train.report` (names as
 the Prometheus exporter's: `leakdoctor_verdict`, `leakdoctor_findings`, ...; see `figures`). Ray keeps rank
