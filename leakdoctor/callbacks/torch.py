@@ -141,6 +141,8 @@ class LeakDoctor(doctor.LeakDoctor):
         interpreter exit, on a signal or when it was collected): the other ranks may be gone, or be
         waiting for this one to exit (a parent that joins its rank), and a collective would wait forever."""
         unattended = getattr(self, "_unattended", None)
+        if self._stopped_together(exception):
+            exception = None  # every rank left the loop at this step, and reaches finish() too
         if exception is not None or unattended:
             world = torch_integration.world_size()
             if world < 2:
@@ -160,6 +162,12 @@ class LeakDoctor(doctor.LeakDoctor):
             return summary
         summaries = [Summary.from_dict(s) for s, _ in gathered]
         return ranks.merge(summaries, files={s.rank: file for s, (_, file) in zip(summaries, gathered)})
+
+    def _stopped_together(self, exception: BaseException | None) -> bool:
+        """Did the run end by the SystemExit of a stop the ranks agreed on (`leakdoctor run --on-limit stop`,
+        or a script's `if doctor.should_stop: sys.exit()`)? Every rank raised it at the same step, so every
+        rank reaches the gathering."""
+        return isinstance(exception, SystemExit) and self._shared and self.should_stop
 
     def _own_file(self) -> str | None:
         """The file that holds this rank's own summary at the end of a run whose summaries are gathered:
