@@ -2,19 +2,35 @@
 rank (one per cause and place, however many ranks found it), a `ranks` entry per rank, and, when
 on_limit="stop" stopped every rank, which rank asked and why (`stopped_by`: only the rank that asked
 knows its reason). Pure: the gathering itself belongs to the framework (torch.distributed in
-integrations/torch.py)."""
+integrations/torch.py).
+
+Every rank but rank 0 writes its own summary beside the summary path (`rank_path`: leaks.json ->
+leaks.rank3.json): while the run goes (heartbeat, oom_watermark), so that a rank the kernel killed leaves
+its post-mortem, and at its end, so that a rank that died of an exception (an out-of-memory error: its
+`oom` entry) leaves the summary rank 0 never received. The merged summary names each rank's file
+(`ranks[].file`)."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 from leakdoctor.summary import Summary
 
 
-def rank_entry(summary: Summary) -> dict[str, Any]:
-    """What the merged summary keeps of one rank: its verdict, its findings and its series' ends and peaks.
-    A rank that stopped because another asked is judged by its own findings, not by the stop."""
+def rank_path(path: str | os.PathLike[str], rank: int) -> Path:
+    """Where rank `rank` (> 0) writes its own summary: beside the summary path, the rank before the
+    suffix (leaks.json -> leaks.rank3.json; leaks -> leaks.rank3)."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
+
+
+def rank_entry(summary: Summary, file: str | None = None) -> dict[str, Any]:
+    """What the merged summary keeps of one rank: its verdict, its findings and its series' ends and peaks,
+    and `file`, the path it writes its own summary to (None without one). A rank that stopped because
+    another asked is judged by its own findings, not by the stop."""
     by = summary.stopped_by
     if by and by.get("rank") != summary.rank:  # stopped because another rank asked: its own verdict stands
         summary = dataclasses.replace(summary, stopped=None)
@@ -26,11 +42,13 @@ def rank_entry(summary: Summary) -> dict[str, Any]:
         "series": {name: {"end": s.end, "peak": s.peak, "trend": s.trend} for name, s in summary.series.items()},
         "overhead": summary.overhead.get("fraction_of_step_time", 0.0),
         "errors": list(summary.errors),
+        "file": file,
     }
 
 
-def merge(summaries: Sequence[Summary]) -> Summary:
-    """Rank 0's summary with every rank's findings and a `ranks` entry per rank (in rank order)."""
+def merge(summaries: Sequence[Summary], files: Mapping[int, str | None] | None = None) -> Summary:
+    """Rank 0's summary with every rank's findings and a `ranks` entry per rank (in rank order); `files`:
+    {rank: the file that holds its own summary} (rank 0's: the merged one)."""
     if not summaries:
         raise ValueError("merge: no summaries")
     ordered = sorted(summaries, key=lambda s: s.rank)
@@ -50,8 +68,8 @@ def merge(summaries: Sequence[Summary]) -> Summary:
         stopped = {**stopped, "reason": by["reason"]}
         notes.append(f"rank {by['rank']} asked to stop at step {by['step']}: {by['reason']}")
     return dataclasses.replace(
-        first, findings=findings, notes=notes, ranks=[rank_entry(s) for s in ordered], stopped=stopped,
-        stopped_by=by,
+        first, findings=findings, notes=notes, ranks=[rank_entry(s, (files or {}).get(s.rank)) for s in ordered],
+        stopped=stopped, stopped_by=by,
         projected_limit_step=min(projections) if projections else None,
         errors=[{**e, "part": f"rank {s.rank}: {e['part']}"} if s.rank != first.rank else e
                 for s in ordered for e in s.errors],

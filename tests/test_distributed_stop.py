@@ -167,7 +167,9 @@ def test_two_gloo_ranks_stop_together_when_one_leaks(tmp_path):
     overhead = summary["overhead"]
     assert overhead["stop_agreements"] == steps[0] // WINDOW
     assert 0 < overhead["stop_agreement_seconds"] <= overhead["total_seconds"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["leaks.json", "model.rank0.pt"]
+    # rank 1's own summary beside rank 0's: written when it found the leak, completed at the end
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["leaks.json", "leaks.rank1.json", "model.rank0.pt"]
+    assert [r["file"] for r in summary["ranks"]] == [str(tmp_path / "leaks.json"), str(tmp_path / "leaks.rank1.json")]
 
 
 # --- Lightning DDP: strategy="ddp" on CPU, this file as the script of both ranks ---------------------------

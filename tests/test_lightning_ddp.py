@@ -59,7 +59,7 @@ def test_two_ddp_ranks_make_one_summary(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]
     files = sorted(p.name for p in tmp_path.iterdir())
-    assert files == ["leaks.json"]  # rank 0 alone writes
+    assert files == ["leaks.json", "leaks.rank1.json"]  # rank 1's own, written when it found the leak
     summary = json.loads((tmp_path / "leaks.json").read_text())
     assert summary["framework"] == "lightning" and summary["rank"] == 0 and summary["steps"] == STEPS
     ranks = summary["ranks"]

@@ -624,11 +624,14 @@ def test_after_a_ddp_exception_rank_0_says_the_ranks_were_not_gathered(tmp_path)
     for process in ranks:
         process.join(300)
     assert [p.exitcode for p in ranks] == [0, 0]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["leaks.json"]  # rank 0 alone writes
+    # rank 0 writes its own summary alone; rank 1, whose summary was not gathered, its own beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["leaks.json", "leaks.rank1.json"]
     summary = strict_json((tmp_path / "leaks.json").read_text())
     assert summary["rank"] == 0 and summary["steps"] == 20 and summary["ranks"] == []
     assert says(summary["notes"], "ended_unmerged", "not_gathered", "rank_alone", error="RuntimeError", others=1,
                 rank=0), summary["notes"]
+    own = strict_json((tmp_path / "leaks.rank1.json").read_text())
+    assert own["rank"] == 1 and own["steps"] == 20 and says(own["notes"], "not_gathered", "rank_alone", rank=1)
 
 
 def two_threads_one_doctor(steps: int) -> dict:

@@ -9,7 +9,12 @@
 The engine plus the PyTorch integration: device memory, the model's hooks, tensors that keep their
 autograd graph across steps, DataLoader workers; the model's list attributes are watched too. Under
 torch.distributed every rank measures itself, and `finish()` (on every rank) hands rank 0 one summary
-with every rank's findings (`ranks` in the JSON); only rank 0 writes a file and prints. A doctor the
+with every rank's findings (`ranks` in the JSON); only rank 0 writes the summary file and prints. Every
+other rank writes its own summary beside it (leaks.json -> leaks.rank3.json, ranks.rank_path): while the
+run goes (heartbeat=, oom_watermark=: a rank the kernel killed leaves its post-mortem) and at its end, so
+that a rank that died of an exception (an out-of-memory error, with its `oom` entry) leaves the summary
+rank 0 never gathered; after a run that ended normally it completes the file only if it wrote one while
+the run went. The merged summary names each rank's file that exists (`ranks[].file`). A doctor the
 script never finished (finished at exit, on SIGTERM or when collected) gathers nothing: a collective at
 exit can wait forever for a rank that has gone or waits for this one; its summary says so.
 
@@ -80,8 +85,13 @@ class LeakDoctor(doctor.LeakDoctor):
         rank = torch_integration.distributed_rank()
         if rank is not None:
             options.setdefault("rank", rank)
-            if options["rank"] > 0:  # rank 0 writes the summary of every rank
-                options.update(summary_path=None, plot_path=None)
+            if options["rank"] > 0:  # rank 0 writes the summary of every rank; this one, its own beside it
+                path = options.get("summary_path")
+                options.update(summary_path=ranks.rank_path(path, options["rank"]) if path is not None else None,
+                               plot_path=None)
+        #: whether summary_path is this rank's own file, beside rank 0's (rank > 0 under torch.distributed)
+        self._rank_file = rank is not None and options.get("rank", 0) > 0
+        self._gathered = False  # whether finish() handed this rank's summary to rank 0
         super().__init__(integrations=[part, *options.pop("integrations", ())], **options)
         self._shared = isinstance(self._limit_watch, stopping.SharedLimitWatch)
         if model is not None and watch_model:
@@ -131,6 +141,8 @@ class LeakDoctor(doctor.LeakDoctor):
         interpreter exit, on a signal or when it was collected): the other ranks may be gone, or be
         waiting for this one to exit (a parent that joins its rank), and a collective would wait forever."""
         unattended = getattr(self, "_unattended", None)
+        if self._stopped_together(exception):
+            exception = None  # every rank left the loop at this step, and reaches finish() too
         if exception is not None or unattended:
             world = torch_integration.world_size()
             if world < 2:
@@ -144,7 +156,33 @@ class LeakDoctor(doctor.LeakDoctor):
             note = (f"{why}: the summaries of the other {world - 1} rank(s) were not gathered (they may never "
                     f"reach the collective), so this summary is rank {self.settings.rank}'s alone")
             return dataclasses.replace(summary, notes=[*summary.notes, note])
-        gathered = torch_integration.gather(summary.to_dict())
+        gathered = torch_integration.gather((summary.to_dict(), self._own_file()))
+        self._gathered = gathered is not None
         if gathered is None or self.settings.rank != 0:
             return summary
-        return ranks.merge([Summary.from_dict(s) for s in gathered])
+        summaries = [Summary.from_dict(s) for s, _ in gathered]
+        return ranks.merge(summaries, files={s.rank: file for s, (_, file) in zip(summaries, gathered)})
+
+    def _stopped_together(self, exception: BaseException | None) -> bool:
+        """Did the run end by the SystemExit of a stop the ranks agreed on (`leakdoctor run --on-limit stop`,
+        or a script's `if doctor.should_stop: sys.exit()`)? Every rank raised it at the same step, so every
+        rank reaches the gathering."""
+        return isinstance(exception, SystemExit) and self._shared and self.should_stop
+
+    def _own_file(self) -> str | None:
+        """The file that holds this rank's own summary at the end of a run whose summaries are gathered:
+        rank 0's summary path (the merged summary), another rank's file only if it wrote one while the
+        run went (its final summary completes it, see _emit); None otherwise."""
+        path = self.settings.summary_path
+        if path is None or self._rank_file and not path.exists():
+            return None
+        return str(path)
+
+    def _emit(self, summary: Summary) -> None:
+        """As every doctor; but a rank > 0 whose summary rank 0 gathered writes its own file only to complete
+        the one it wrote while the run went (heartbeat, oom_watermark): its findings are in rank 0's file.
+        One whose summary was not gathered (an exception, an unattended finish) writes it: its post-mortem."""
+        path = self.settings.summary_path
+        if self._rank_file and self._gathered and path is not None and not path.exists():
+            return
+        super()._emit(summary)

@@ -2,7 +2,9 @@
 editing the script. Each `patch_*` takes the framework module just imported and the session:
 
 - torch: a global optimizer step post-hook (torch.optim.Optimizer); the model is found once, as the
-  module holding the most of the first optimizer's parameters.
+  module holding the most of the first optimizer's parameters. Under torch.distributed (torchrun: every
+  rank runs `leakdoctor run`) the doctor is finished when the script destroys its default process group,
+  while the ranks can still gather their summaries into rank 0's.
 - Lightning: every Trainer gets the LeakDoctorCallback (one instance, shared), and DDP ranks that
   Lightning starts as subprocesses run under `leakdoctor run` too, so every rank has the callback.
 - Keras: fit/evaluate/predict get the LeakDoctorCallback (one instance, one history across calls).
@@ -62,6 +64,27 @@ def patch_torch(session: Session, torch: ModuleType) -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook  # loaded with torch
 
     register_optimizer_step_post_hook(functools.partial(_torch_step, session))
+    dist = sys.modules.get("torch.distributed")  # imported with torch, when it is built with it
+    if dist is not None and hasattr(dist, "destroy_process_group"):
+        dist.destroy_process_group = _destroy_process_group(session, dist.destroy_process_group)
+
+
+def _destroy_process_group(session: Session, original: Callable[..., Any]) -> Callable[..., Any]:
+    """torch.distributed.destroy_process_group that first finishes the run's torch doctor, when the
+    default group goes (a DDP script's end, on every rank): finish() gathers every rank's summary into
+    rank 0's with a collective, which the runner's end, after the group is gone, could no longer make."""
+
+    @functools.wraps(original)
+    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+        group = args[0] if args else kwargs.get("group")
+        if group is None and session.kind == "torch" and session.doctor is not None:
+            try:
+                session.finish()
+            except Exception as err:  # noqa: BLE001 - the script's own call goes on
+                print(f"leakdoctor run: could not finish the doctor: {type(err).__name__}: {err}", file=sys.stderr)
+        return original(*args, **kwargs)
+
+    return destroy_process_group
 
 
 def _torch_step(session: Session, optimizer: Any, args: Any, kwargs: Any) -> None:
