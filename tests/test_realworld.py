@@ -37,6 +37,15 @@ LEAKS = [
 ]
 
 
+def show(summary: dict) -> None:
+    """Print what a failure needs to be understood (pytest shows a failed test's output in full, where an
+    assertion's message is cut): every finding's fields but its texts in full, and the notes."""
+    for f in summary["findings"]:
+        print({k: v for k, v in f.items() if k not in ("recommendation",)})
+    for note in summary["notes"]:
+        print("note:", note)
+
+
 def shown(summary: dict) -> list[str]:
     """The findings as the failure message shows them: what the core fixes need to see."""
     return [f"{f['cause']} on {f['metric']} ({f['rate_per_step']:.3g} {f['unit']}/step) at step "
@@ -48,6 +57,7 @@ def test_a_clean_public_script_at_the_defaults_ends_clean_with_no_finding(name, 
     run = bench_realworld.run_script(name, "default-1", str(tmp_path), steps=steps)
     assert "error" not in run, run["error"]
     summary = run["summary"]
+    show(summary)
     assert summary["steps"] >= 1 and summary["errors"] == [], summary["errors"]
     assert kept(summary) == [], (shown(summary), summary["notes"])
     assert summary["verdict"] == "clean"
@@ -58,6 +68,7 @@ def test_the_planted_leak_is_found_with_its_cause_at_the_users_line(name, steps,
     script = bench_realworld.SCRIPTS[name]
     run = bench_realworld.run_script(name, "leak", str(tmp_path), steps=steps)
     assert "error" not in run, run["error"]
+    show(run["summary"])
     scored = bench_realworld.score_leak(script, run)
     assert scored["found"], (script.causes, shown(run["summary"]), run["summary"]["notes"])
     assert scored["cause"] in script.causes

@@ -605,13 +605,15 @@ def garbage_cycles(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
 
 
 def python_objects(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
-    """Resident memory that survives cleanup and that traced Python allocations account for."""
+    """Resident memory that survives cleanup and that traced Python allocations account for: a good part
+    of the window's growth, or of what the suspicion's pace predicts for it, whichever is less (a window
+    that also holds a warm-up's growth, a Keras fit's first compiles, grows far more than the leak)."""
     metric = "rss_bytes"
     growth = ev.reports.get("tracemalloc")
     if metric not in ev.unexplained(accepted) or not ev.survives(metric) or not growth or not growth.top:
         return []
     site = growth.top
-    if site.size < 0.3 * ev.growth(metric):
+    if site.size < 0.3 * min(ev.growth(metric), ev.expected(metric)):
         return []
     return [ev.finding(
         "python_objects", metric, location=site.location,
