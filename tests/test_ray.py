@@ -118,9 +118,11 @@ def test_two_ray_train_workers_stop_together_when_one_leaks(local_cluster, tmp_p
     assert steps[0] == steps[1] < MAX_STEPS and all(s["should_stop"] for s in seen), seen
     stop = steps[0]
 
-    # one summary, rank 0's, where summary_path says (an absolute path: a worker runs in Ray's folders)
-    assert sorted(p.name for p in tmp_path.glob("leaks*.json")) == ["leaks.json"]
+    # rank 0's merged summary, where summary_path says (an absolute path: a worker runs in Ray's folders),
+    # and beside it rank 1's own (written when it found its leak, completed at the end)
+    assert sorted(p.name for p in tmp_path.glob("leaks*.json")) == ["leaks.json", "leaks.rank1.json"]
     summary = json.loads((tmp_path / "leaks.json").read_text())
+    assert [r["file"] for r in summary["ranks"]] == [str(tmp_path / "leaks.json"), str(tmp_path / "leaks.rank1.json")]
     assert summary["rank"] == 0 and summary["verdict"] == "leak" and summary["complete"]
     assert summary["stopped"]["step"] == stop == summary["steps"] and stop % WINDOW == 0
     by = summary["stopped_by"]
