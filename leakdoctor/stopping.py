@@ -17,15 +17,18 @@ its steps are short.
 
 In a distributed run one rank cannot leave the loop alone: the others would wait for it in their next
 collective. There (SharedLimitWatch) a rank whose watch would stop asks instead, and the ranks agree on a
-schedule every rank knows, every `every` steps: one collective says whether any rank asked, and if one
-did, every rank stops at that same step, with one checkpoint. The margin covers the steps to the next
-agreement. The summary's `stopped_by` says which rank asked, at which step, and why.
+schedule every rank knows: the first agreement after `window` steps, and each sets the steps to the next
+(what keeps the agreements within the doctor's overhead share, at most FARTHEST windows), so that the
+ranks meet with no other communication. One collective says whether any rank asked, and if one did, every
+rank stops at that same step, with one checkpoint. The margin covers the steps to the next agreement. The summary's `stopped_by` says which rank asked, at which step, and why.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import time
+from collections import deque
 from typing import Any, Callable
 
 from leakdoctor import report
@@ -58,6 +61,8 @@ class LimitWatch:
         self._acted = False
         self._warned_left: int | None = None
         self._last_check: int | None = None
+        #: a leak projected to reach the limit was seen at the last check (the ranks then agree often)
+        self.threatened = False
 
     def check(self, step: int, findings: list[Finding], monitor: Monitor, summary: Callable[[], Any]) -> None:
         """Called on every sample: look at the threats now; warn or act."""
@@ -67,6 +72,7 @@ class LimitWatch:
             return
         projected = report.projections(findings, monitor, step, verifying=False)
         threats = [p for p in projected if self._material(p, monitor)]
+        self.threatened = bool(threats)
         margin = self.margin(step, gap)
         for threat in sorted(threats, key=lambda p: p.step):  # the nearest that still grows
             left = threat.step - step
@@ -133,48 +139,76 @@ class LimitWatch:
         return None if "checkpoint" in self.guard.off else _checkpoint_name(saved, self.settings.checkpoint)
 
 
-#: How the ranks agree: given whether this rank asks to stop, one collective that every rank enters at the
-#: same step; it returns whether any rank asked, and the lowest rank that did when it knows (else None).
-Agree = Callable[[bool], tuple[bool, int | None]]
+#: How the ranks agree: given whether this rank asks to stop and the steps it proposes to the next agreement,
+#: one collective that every rank enters at the same step; it returns whether any rank asked, the lowest
+#: rank that did when it knows (else None), and the steps to the next agreement: the most any rank proposed,
+#: so the same on every rank.
+Agree = Callable[[bool, int], tuple[bool, int | None, int]]
+#: The agreements are at most this many times `every` (the window) apart, however dear: the stop waits for
+#: the next one, and the margin before the limit grows by as much.
+FARTHEST = 8
+#: Agreements whose cost sets each rank's proposal.
+RECENT_AGREEMENTS = 8
 
 
 class SharedLimitWatch(LimitWatch):
     """on_limit="stop" for one rank of a distributed run. A rank whose watch would stop asks instead
-    (`asked`); every `every` steps, counted by `due()` on every rank alike, `settle()` runs `agree`, and
-    when any rank asked, every rank stops at that step: the checkpoint (on this rank if `checkpoint_here`:
-    rank 0's for a loop, every rank's when saving is itself a collective, as Lightning's is), `stopped`,
-    `stopped_by`, `should_stop`. Data flows one way: the agreement reads what the watch decided."""
+    (`asked`); at the steps `due()` counts alike on every rank, `settle()` runs `agree`, and when any rank
+    asked, every rank stops at that step: the checkpoint (on this rank if `checkpoint_here`: rank 0's for a
+    loop, every rank's when saving is itself a collective, as Lightning's is), `stopped`, `stopped_by`,
+    `should_stop`. The first agreement is `every` steps in; each sets the steps to the next, the most any
+    rank proposed: what keeps its agreements' cost within the doctor's `overhead` share of its steps'
+    time (an agreement waits for the slowest rank, so a busy rank's is dear), between `every` and FARTHEST
+    times it. Data flows one way: the agreement reads what the watch decided."""
 
     def __init__(self, settings: Settings, guard: Guard, limit_of: Callable[[str], dict[str, Any] | None],
                  say: Callable[[str], None], *, agree: Agree, every: int, rank: int, checkpoint_here: bool) -> None:
         super().__init__(settings, guard, limit_of, say)
         self.agree = agree
-        self.every = every
+        self.shortest = every
+        self.every = every  # the steps to the next agreement, as the ranks agreed
         self.rank = rank
         self.checkpoint_here = checkpoint_here
         self.latency = every - 1  # a rank that asks stops at the next agreement, at most every - 1 steps on
         self.asked: dict[str, Any] | None = None
         self.agreements = 0
         self.agree_seconds = 0.0  # the collectives' time, which the summary's overhead includes
+        self._costs: deque[float] = deque(maxlen=RECENT_AGREEMENTS)
         self._calls = 0
+        self._next = every
 
     def _stop(self, reason: str, step: int) -> None:
         self.asked = {"rank": self.rank, "step": step, "reason": reason.removeprefix("leakdoctor: ")}
-        warn(f"{reason}: asking every rank to stop (the ranks agree every {self.every} steps)")
+        warn(f"{reason}: asking every rank to stop (the ranks agree again within {self.every} steps)")
 
     def due(self) -> bool:
-        """Count a step; True at the steps where the ranks agree (every `every`-th, until they stopped)."""
+        """Count a step; True at the steps where the ranks agree (until they stopped)."""
         self._calls += 1
-        return self._calls % self.every == 0 and not self.should_stop
+        return self._calls >= self._next and not self.should_stop
 
-    def settle(self, step: int) -> None:
-        """Agree with the other ranks; stop at this step if any of them (or this one) asked."""
+    def settle(self, step: int, step_seconds: float) -> None:
+        """Agree with the other ranks; stop at this step if any of them (or this one) asked. `step_seconds`:
+        the user's time per step, which this rank's proposal for the next agreement is weighed against."""
         start = time.perf_counter()
-        stop, by = self.agree(self.asked is not None)
-        self.agree_seconds += time.perf_counter() - start
+        stop, by, every = self.agree(self.asked is not None, self.proposal(step_seconds))
+        cost = time.perf_counter() - start
+        self.agree_seconds += cost
+        self._costs.append(cost)
         self.agreements += 1
+        self.every, self.latency = every, every - 1
+        self._next = self._calls + every
         if stop:
             self._stop_together(step, by)
+
+    def proposal(self, step_seconds: float) -> int:
+        """The steps to the next agreement this rank proposes: its agreements' typical cost over the share
+        of a step's time the doctor may take, between `shortest` and FARTHEST times it; `shortest` once a
+        leak of this rank is projected to reach the limit (a stop may come: it must not wait long)."""
+        budget = self.settings.overhead * step_seconds
+        if not self._costs or budget <= 0 or self.threatened:
+            return self.shortest
+        wanted = math.ceil(statistics.median(self._costs) / budget)
+        return max(self.shortest, min(wanted, FARTHEST * self.shortest))
 
     def _stop_together(self, step: int, by: int | None) -> None:
         asked = self.asked if self.asked is not None and by in (None, self.rank) else None

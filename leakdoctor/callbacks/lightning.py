@@ -18,9 +18,9 @@ With `on_limit="stop"`, when an unremedied leak is projected to reach the memory
 the callback saves a checkpoint (`trainer.save_checkpoint`) into the ModelCheckpoint's folder, else
 `default_root_dir/checkpoints`, calls `checkpoint=` if given, and sets `trainer.should_stop`; resume with
 `Trainer.fit(ckpt_path=...)`. Under DDP (any strategy with several ranks) the ranks stop together, as
-Lightning's EarlyStopping does: a rank whose leak is near the limit asks, and every `window` steps (the same
-batches on every rank) `trainer.strategy.reduce_boolean_decision(asked, all=False)` says whether any rank
-asked; if one did, every rank saves (`trainer.save_checkpoint` is a collective; `checkpoint=` is called on
+Lightning's EarlyStopping does: a rank whose leak is near the limit asks, and at agreement steps (the same
+batches on every rank: the first after `window`, each setting the next, see stopping.py) one collective of
+the strategy (`trainer.strategy.reduce`, a max over two integers) says whether any rank asked; if one did, every rank saves (`trainer.save_checkpoint` is a collective; `checkpoint=` is called on
 rank 0 alone) and sets `trainer.should_stop` at that step. Rank 0's summary says in `stopped_by` which
 rank asked, at which step and why.
 
@@ -71,8 +71,8 @@ class LightningDoctor(LeakDoctor):
             self.load_state_dict({"schema": STATE_SCHEMA, "steps": earlier.steps, "findings": [], "notes": []})
 
     def _stop_agreement(self) -> Agree | None:
-        """The strategy's reduce_boolean_decision when the trainer runs several ranks (the callback's
-        `agree`), never torch.distributed directly: the strategy knows its own collectives."""
+        """The strategy's collective when the trainer runs several ranks (the callback's `agree`), never
+        torch.distributed directly: the strategy knows its own collectives."""
         return self._agree if self.settings.on_limit == "stop" else None
 
     def _build_summary(self) -> Summary:
@@ -255,12 +255,17 @@ def _not_started() -> Summary:
 
 
 def _agreement(trainer: Any) -> Agree:
-    """How the trainer's ranks agree to stop: the strategy's reduce_boolean_decision, true when any rank
-    asked (as EarlyStopping does). It does not say which rank asked: rank 0's summary learns that from
-    the gathered summaries."""
-    def agree(asked: bool) -> tuple[bool, int | None]:
-        stop = bool(trainer.strategy.reduce_boolean_decision(asked, all=False))
-        return stop, (trainer.global_rank if asked else None)
+    """How the trainer's ranks agree to stop: the strategy's own collective (as EarlyStopping's
+    reduce_boolean_decision is), a max over two integers: world_size - rank from a rank that asks (so the
+    maximum names the lowest rank that asked) and each rank's proposed steps to the next agreement."""
+    def agree(asked: bool, proposed: int) -> tuple[bool, int | None, int]:
+        import torch
+
+        world, rank = trainer.world_size, trainer.global_rank
+        flags = torch.tensor([world - rank if asked else 0, proposed], dtype=torch.int64,
+                             device=trainer.strategy.root_device)
+        top, every = (int(v) for v in trainer.strategy.reduce(flags, reduce_op="max").tolist())
+        return top > 0, (world - top if top else None), every
 
     return agree
 

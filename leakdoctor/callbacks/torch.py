@@ -20,8 +20,9 @@ exit can wait forever for a rank that has gone or waits for this one; its summar
 
 Under torch.distributed, on_limit="stop" stops every rank together, at the same step: a rank that left
 the loop alone would leave the others waiting for it in their next collective. A rank whose leak is near
-the limit asks; every `window` steps (6 by default, the same steps on every rank, with no communication
-to fix them) one all_reduce of one integer says whether any rank asked, and then `should_stop` is True on
+the limit asks; at agreement steps (the same on every rank: the first after `window` steps, each agreement
+setting the steps to the next, see stopping.py) one all_reduce of two integers says whether any rank
+asked, and then `should_stop` is True on
 every rank at that step. Rank 0 alone calls `checkpoint=` (one checkpoint). The summary's `stopped_by`
 says which rank asked, at which step and why; the all_reduces' time is in its overhead. Every rank must
 call step() once a step, as a DDP loop does.
@@ -106,7 +107,7 @@ class LeakDoctor(doctor.LeakDoctor):
         """The ranks agree whether to stop, all at this step; the time is the doctor's own (its overhead)."""
         with self._lock:
             start, cpu = time.perf_counter(), time.process_time()
-            self._guard.call("stop agreement", self._limit_watch.settle, self._step)
+            self._guard.call("stop agreement", self._limit_watch.settle, self._step, self._sampler.step_seconds)
             wall = time.perf_counter() - start
             self._sampler.charge(self._step, wall, wall, time.process_time() - cpu, None, False)
 
