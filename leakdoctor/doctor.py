@@ -74,6 +74,10 @@ class LeakDoctor:
     """
 
     framework: ClassVar[str] = "python"
+    #: Whether every rank calls `checkpoint=` when the ranks of a distributed run stop together: in a loop
+    #: rank 0 alone does (one checkpoint; the weights are the same on every rank); every rank when saving
+    #: is itself a collective (Lightning's save_checkpoint, JAX's orbax).
+    checkpoint_on_every_rank: ClassVar[bool] = False
 
     def __init__(self, *, integrations: Sequence[Integration] = (), **options: Unpack[DoctorOptions]) -> None:
         refuse_unknown(type(self), options)
@@ -97,6 +101,8 @@ class LeakDoctor:
         say, limit_of = _Late(type(self), self.__dict__, "_say"), _Late(type(self), self.__dict__, "_limit_of")
         self._clinic = Clinic(self.settings, self._monitor, practice, self._guard, say)
         self._limit_watch = self._new_limit_watch(limit_of, say)
+        #: whether the ranks of a distributed run agree on the stop (the subclass's step() then settles)
+        self._shared = isinstance(self._limit_watch, stopping.SharedLimitWatch)
         self._snapshot = oom.Snapshot(self.settings.oom_snapshot)
         self._sampler = Sampler(self.settings, self._probes, self._monitor)
         # The summary written while the run goes (heartbeat=, oom_watermark=), so that a SIGKILL leaves it
@@ -138,10 +144,36 @@ class LeakDoctor:
         """The forensics an investigation may run: every part's (a subclass may leave some out)."""
         return [f for part in parts for f in part.forensics]
 
+    def _stop_agreement(self) -> stopping.Agree | None:
+        """How the ranks of a distributed run agree to stop when on_limit="stop" runs on several: the
+        framework's collective (a framework doctor's); None: this process stops alone."""
+        return None
+
     def _new_limit_watch(self, limit_of: Callable[[str], dict[str, Any] | None],
                          say: Callable[[str], None]) -> stopping.LimitWatch:
-        """What acts on on_limit: this process's own watch (a distributed doctor's ranks agree instead)."""
-        return stopping.LimitWatch(self.settings, self._guard, limit_of, say)
+        """What acts on on_limit: this process's own watch, or, when the ranks agree (_stop_agreement), this
+        rank's share of the run's (SharedLimitWatch: a subclass's step() calls _agree_if_due)."""
+        agree = self._stop_agreement()
+        if agree is None:
+            return stopping.LimitWatch(self.settings, self._guard, limit_of, say)
+        rank = self.settings.rank
+        return stopping.SharedLimitWatch(self.settings, self._guard, limit_of, say, agree=agree,
+                                         every=self.settings.window, rank=rank,
+                                         checkpoint_here=self.checkpoint_on_every_rank or rank == 0)
+
+    def _agree_if_due(self) -> None:
+        """After a step of a doctor whose ranks agree on the stop (`_shared`, checked by the caller so that
+        any other run pays one attribute read): at the agreement steps, settle."""
+        if self._limit_watch.due() and self._result is None:
+            self._settle()
+
+    def _settle(self) -> None:
+        """The ranks agree whether to stop, all at this step; the time is the doctor's own (its overhead)."""
+        with self._lock:
+            start, cpu = time.perf_counter(), time.process_time()
+            self._guard.call("stop agreement", self._limit_watch.settle, self._step, self._sampler.step_seconds)
+            wall = time.perf_counter() - start
+            self._sampler.charge(self._step, wall, wall, time.process_time() - cpu, None, False)
 
     def _new_publisher(self) -> exporter.Publisher | None:
         """This doctor's Prometheus feed: its own server when `prometheus_port` is set (a subclass may feed
@@ -400,7 +432,13 @@ class LeakDoctor:
         return limits.describe(series.spec if series else None, self._memory, self.settings.memory_limit)
 
     def _overhead(self) -> dict[str, float]:
-        return report.overhead(self._sampler, self._clinic, self.settings)
+        """The doctor's overhead; in a distributed run, with the stop agreements' count and time (already
+        in its total)."""
+        overhead = report.overhead(self._sampler, self._clinic, self.settings)
+        watch = self._limit_watch
+        if isinstance(watch, stopping.SharedLimitWatch):
+            overhead.update(stop_agreements=watch.agreements, stop_agreement_seconds=watch.agree_seconds)
+        return overhead
 
     def write_summary(self, summary: Summary | None = None) -> bool:
         """Write `summary` (default: the run so far) to `summary_path` now, atomically, e.g. a callback's

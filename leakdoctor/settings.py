@@ -269,8 +269,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("overhead", 0.005, "the share of step time sampling may cost; the doctor samples less often to stay "
            "under it (1.0: every step)", "a number in (0, 1]", _fraction),
     Option("verbose", True, "print alerts and the summary on stderr (rank 0 only)", "True or False", _bool),
-    Option("rank", 0, "this process's rank: only rank 0 prints and writes `summary_path` (torch and "
-           "Lightning set it; other ranks write their own beside it, leaks.rankN.json)",
+    Option("rank", 0, "this process's rank: only rank 0 prints and writes `summary_path` (torch, Lightning and "
+           "multi-process JAX set it; other ranks write their own beside it, leaks.rankN.json)",
            "an int >= 0", _at_least(0)),
     Option("on_limit", "warn", "what to do when an unremedied leak is projected to reach the memory limit within "
            "`limit_margin`: warn, stop the run (loops: `doctor.should_stop`), or call yours with the summary so far",

@@ -21,13 +21,21 @@ function and why; if the cause is the optimizer's un-jitted `lax.cond` (the old 
 the rewritten transformation (same init, same optimizer state, the same arithmetic: results equal to
 rounding, not bit for bit). The optimizer arguments are held only while `step` runs, so the doctor keeps
 no state, params or optimizer state alive.
+
+In a multi-process JAX run (jax.distributed.initialize, jax.process_count() > 1) every process measures
+itself: `rank` defaults to jax.process_index(), and a process > 0 writes its summary beside the summary
+path (leaks.json -> leaks.rank1.json, ranks.rank_path), no plot; nothing is gathered: each process's file
+holds its own findings. on_limit="stop" stops every process together, at the same step: at agreement
+steps (as under torch.distributed, see stopping.py) one process_allgather of two integers says whether any
+process asked. `checkpoint=` is called on every process (JAX's checkpointing, orbax, is itself a
+collective). Every process must call step() once a step.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from leakdoctor import doctor
+from leakdoctor import doctor, ranks, stopping
 from leakdoctor.integrations import jax as jax_integration
 from leakdoctor.integrations.jax import OptimizerCall
 from leakdoctor.settings import DoctorOptions, documented
@@ -55,7 +63,8 @@ class LeakDoctor(doctor.LeakDoctor):
         optimizer: a Flax NNX `nnx.Optimizer`, with `model`; or None. A Flax TrainState needs neither:
             pass it to `step`.
         model: the `nnx.Module` that `optimizer` updates (given with it), or None.
-        **options: the shared options, below (README "Options").
+        **options: the shared options, below (README "Options"). `rank` defaults to jax.process_index()
+            in a multi-process run.
 
     Raises:
         UnknownOptionError: an argument or option name it does not take, with the nearest valid one (a
@@ -73,6 +82,8 @@ class LeakDoctor(doctor.LeakDoctor):
     """
 
     framework = "jax"
+    #: JAX's checkpointing (orbax) is itself a collective: every process saves when the processes stop together.
+    checkpoint_on_every_rank = True
 
     def __init__(self, *, tx: Any = None, optimizer: Any = None, model: Any = None,
                  **options: Unpack[DoctorOptions]) -> None:
@@ -91,6 +102,13 @@ class LeakDoctor(doctor.LeakDoctor):
         self._optimizer, self._model = optimizer, model
         self._originals: dict[int, tuple[Any, Any]] = {}
         self._now: tuple[Any, Any, Any] | None = None
+        rank = jax_integration.process_rank()
+        if rank is not None:  # a multi-process run: this process's own summary, beside process 0's
+            options.setdefault("rank", rank)
+            if options["rank"] > 0:
+                path = options.get("summary_path")
+                options.update(summary_path=ranks.rank_path(path, options["rank"]) if path is not None else None,
+                               plot_path=None)
         part = jax_integration.integration(lambda: self._optimizer_call(*self._now) if self._now else None)
         super().__init__(integrations=[part, *options.pop("integrations", ())], **options)
 
@@ -111,8 +129,17 @@ class LeakDoctor(doctor.LeakDoctor):
             super().step(**context)
         finally:
             self._now = None
+        if self._shared:
+            self._agree_if_due()
         # Checked on every step, so the cheap test first (active_remedies builds a list).
         return self._swap(state) if self._originals or self._clinic.treatments else state
+
+    def _stop_agreement(self) -> stopping.Agree | None:
+        """How the processes of a multi-process JAX run agree to stop when on_limit="stop": a
+        process_allgather (None in a single process: the doctor stops alone)."""
+        if self.settings.on_limit != "stop" or jax_integration.process_count() < 2:
+            return None
+        return jax_integration.any_process
 
     # --- what the cond scan sees --------------------------------------------------------------------
 

@@ -31,8 +31,7 @@ call step() once a step, as a DDP loop does.
 from __future__ import annotations
 
 import dataclasses
-import time
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from leakdoctor import doctor, ranks, stopping
 from leakdoctor.integrations import torch as torch_integration
@@ -74,9 +73,6 @@ class LeakDoctor(doctor.LeakDoctor):
     """
 
     framework = "torch"
-    #: Whether every rank calls `checkpoint=` when the ranks stop together: in a loop rank 0 alone does
-    #: (one checkpoint; DDP's weights are the same on every rank). Lightning's save is itself a collective.
-    checkpoint_on_every_rank: ClassVar[bool] = False
 
     def __init__(self, *, model: Any = None, optimizer: Any = None, watch_model: bool = True,
                  **options: Unpack[DoctorOptions]) -> None:
@@ -94,22 +90,13 @@ class LeakDoctor(doctor.LeakDoctor):
         self._rank_file = rank is not None and options.get("rank", 0) > 0
         self._gathered = False  # whether finish() handed this rank's summary to rank 0
         super().__init__(integrations=[part, *options.pop("integrations", ())], **options)
-        self._shared = isinstance(self._limit_watch, stopping.SharedLimitWatch)
         if model is not None and watch_model:
             self.watch_object(torch_integration.unwrap(model))
 
     def step(self, **context: Any) -> None:
         super().step(**context)
-        if self._shared and self._limit_watch.due() and self._result is None:
-            self._settle()
-
-    def _settle(self) -> None:
-        """The ranks agree whether to stop, all at this step; the time is the doctor's own (its overhead)."""
-        with self._lock:
-            start, cpu = time.perf_counter(), time.process_time()
-            self._guard.call("stop agreement", self._limit_watch.settle, self._step, self._sampler.step_seconds)
-            wall = time.perf_counter() - start
-            self._sampler.charge(self._step, wall, wall, time.process_time() - cpu, None, False)
+        if self._shared:
+            self._agree_if_due()
 
     def _stop_agreement(self) -> stopping.Agree | None:
         """How the ranks agree to stop when on_limit="stop" runs on several: torch.distributed's all_reduce
@@ -117,24 +104,6 @@ class LeakDoctor(doctor.LeakDoctor):
         if self.settings.on_limit != "stop" or torch_integration.world_size() < 2:
             return None
         return torch_integration.any_rank
-
-    def _new_limit_watch(self, limit_of: Callable[[str], dict[str, Any] | None],
-                         say: Callable[[str], None]) -> stopping.LimitWatch:
-        agree = self._stop_agreement()
-        if agree is None:
-            return super()._new_limit_watch(limit_of, say)
-        rank = self.settings.rank
-        return stopping.SharedLimitWatch(self.settings, self._guard, limit_of, say, agree=agree,
-                                         every=self.settings.window, rank=rank,
-                                         checkpoint_here=self.checkpoint_on_every_rank or rank == 0)
-
-    def _overhead(self) -> dict[str, float]:
-        """The doctor's overhead, with the stop agreements' count and time (already in its total)."""
-        overhead = super()._overhead()
-        watch = self._limit_watch
-        if isinstance(watch, stopping.SharedLimitWatch):
-            overhead.update(stop_agreements=watch.agreements, stop_agreement_seconds=watch.agree_seconds)
-        return overhead
 
     def _complete(self, summary: Summary, exception: BaseException | None) -> Summary:
         """Gather every rank's summary into rank 0's; not after an exception, when the other ranks may

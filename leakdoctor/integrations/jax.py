@@ -47,6 +47,33 @@ def require() -> Any:
     return jax
 
 
+# --- multi-process runs (jax.distributed) --------------------------------------------------------------
+
+def process_count() -> int:
+    """How many processes the JAX run has (1 without jax.distributed.initialize)."""
+    return int(require().process_count())
+
+
+def process_rank() -> int | None:
+    """This process's index in a multi-process JAX run (jax.distributed.initialize, more than one
+    process), else None."""
+    jax = require()
+    return int(jax.process_index()) if jax.process_count() > 1 else None
+
+
+def any_process(asked: bool, proposed: int) -> tuple[bool, int | None, int]:
+    """Did any process ask (on_limit="stop"), the lowest that did, and the most steps to the next agreement
+    any process proposed (stopping.Agree): one process_allgather of two integers per process (1 if it asks,
+    its proposal). Every process must call it at the same step."""
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    rows = np.asarray(multihost_utils.process_allgather(np.array([1 if asked else 0, proposed], dtype=np.int32)))
+    rows = rows.reshape(-1, 2)
+    askers = np.flatnonzero(rows[:, 0])
+    return bool(askers.size), (int(askers[0]) if askers.size else None), int(rows[:, 1].max())
+
+
 def live_bytes(platform: str) -> str:
     return f"jax_live_bytes_{platform}"
 
@@ -97,12 +124,13 @@ def compile_probe() -> FunctionProbe:
 # --- live arrays ------------------------------------------------------------------------------------
 
 def _platforms() -> list[str]:
-    return sorted({d.platform for d in require().devices()})
+    return sorted({d.platform for d in require().local_devices()})
 
 
 def _device_limit(platform: str) -> float | None:
-    """The allocator's limit on the first device of `platform` (GPU/TPU); None on CPU."""
-    stats = getattr(require().devices(platform)[0], "memory_stats", lambda: None)()
+    """The allocator's limit on this process's first device of `platform` (GPU/TPU); None on CPU. (In a
+    multi-process run jax.devices() lists every process's devices, and only this process's have stats.)"""
+    stats = getattr(require().local_devices(backend=platform)[0], "memory_stats", lambda: None)()
     return float(stats["bytes_limit"]) if stats and "bytes_limit" in stats else None
 
 
