@@ -100,7 +100,9 @@ def test_a_clean_run_is_written_while_it_goes_and_complete_at_its_end(tmp_path):
         watched.kill()
     summary = json.loads(path.read_text())
     assert summary["complete"] is True and isinstance(summary["written_at"], str)
-    assert summary["verdict"] == "clean" and summary["steps"] > max(steps)
+    # at least the steps the heartbeats had seen (the loop may see the stop file before it runs another step
+    # after the last one the test read: on a busy machine it did, at step 193 of 193)
+    assert summary["verdict"] == "clean" and summary["steps"] >= max(steps)
     assert summary["settings"]["heartbeat"] == 0.2 and summary["settings"]["oom_watermark"] is None
     report = run([sys.executable, "-m", "leakdoctor", "report", path], cwd=tmp_path, timeout=60)
     assert report.returncode == 0 and not says(report.stdout, "incomplete_line"), report.stdout
