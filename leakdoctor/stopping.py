@@ -20,7 +20,8 @@ collective. There (SharedLimitWatch) a rank whose watch would stop asks instead,
 schedule every rank knows: the first agreement after `window` steps, and each sets the steps to the next
 (what keeps the agreements within the doctor's overhead share, at most FARTHEST windows), so that the
 ranks meet with no other communication. One collective says whether any rank asked, and if one did, every
-rank stops at that same step, with one checkpoint. The margin covers the steps to the next agreement. The summary's `stopped_by` says which rank asked, at which step, and why.
+rank stops at that same step, with one checkpoint. The margin covers the steps to the next agreement.
+The summary's `stopped_by` says which rank asked, at which step, and why.
 """
 
 from __future__ import annotations
