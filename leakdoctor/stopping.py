@@ -69,6 +69,7 @@ class LimitWatch:
         """Called on every sample: look at the threats now; warn or act."""
         gap = step - self._last_check if self._last_check is not None else 1
         self._last_check = step
+        self.threatened = False
         if self._acted or not findings:
             return
         projected = report.projections(findings, monitor, step, verifying=False)
@@ -140,11 +141,11 @@ class LimitWatch:
         return None if "checkpoint" in self.guard.off else _checkpoint_name(saved, self.settings.checkpoint)
 
 
-#: How the ranks agree: given whether this rank asks to stop and the steps it proposes to the next agreement,
-#: one collective that every rank enters at the same step; it returns whether any rank asked, the lowest
-#: rank that did when it knows (else None), and the steps to the next agreement: the most any rank proposed,
-#: so the same on every rank.
-Agree = Callable[[bool, int], tuple[bool, int | None, int]]
+#: How the ranks agree: one collective that every rank enters at the same step, given this rank's few
+#: integers; it returns their element-wise maximum over the ranks (an all_reduce MAX, or an all-gather).
+Agree = Callable[[list[int]], list[int]]
+#: A rank that asks sends ASKING - rank, the others 0: the maximum names the lowest rank that asked.
+ASKING = 2**30
 #: The agreements are at most this many times `every` (the window) apart, however dear: the stop waits for
 #: the next one, and the margin before the limit grows by as much.
 FARTHEST = 8
@@ -157,10 +158,11 @@ class SharedLimitWatch(LimitWatch):
     (`asked`); at the steps `due()` counts alike on every rank, `settle()` runs `agree`, and when any rank
     asked, every rank stops at that step: the checkpoint (on this rank if `checkpoint_here`: rank 0's for a
     loop, every rank's when saving is itself a collective, as Lightning's is), `stopped`, `stopped_by`,
-    `should_stop`. The first agreement is `every` steps in; each sets the steps to the next, the most any
-    rank proposed: what keeps its agreements' cost within the doctor's `overhead` share of its steps'
-    time (an agreement waits for the slowest rank, so a busy rank's is dear), between `every` and FARTHEST
-    times it. Data flows one way: the agreement reads what the watch decided."""
+    `should_stop`. The first agreement is `every` steps in; each sets the steps to the next: `every` when
+    a leak of any rank is projected to reach its limit (a stop may come: it must not wait long), else the
+    most any rank proposed: what keeps its agreements' cost within the doctor's `overhead` share of its
+    steps' time (an agreement waits for the slowest rank, so a busy rank's is dear), between `every` and
+    FARTHEST times it. Data flows one way: the agreement reads what the watch decided."""
 
     def __init__(self, settings: Settings, guard: Guard, limit_of: Callable[[str], dict[str, Any] | None],
                  say: Callable[[str], None], *, agree: Agree, every: int, rank: int, checkpoint_here: bool) -> None:
@@ -191,31 +193,31 @@ class SharedLimitWatch(LimitWatch):
         """Agree with the other ranks; stop at this step if any of them (or this one) asked. `step_seconds`:
         the user's time per step, which this rank's proposal for the next agreement is weighed against."""
         start = time.perf_counter()
-        stop, by, every = self.agree(self.asked is not None, self.proposal(step_seconds))
+        asking = ASKING - self.rank if self.asked is not None else 0
+        top, threatened, proposed = self.agree([asking, int(self.threatened), self.proposal(step_seconds)])
         cost = time.perf_counter() - start
         self.agree_seconds += cost
         self._costs.append(cost)
         self.agreements += 1
+        every = self.shortest if threatened else proposed
         self.every, self.latency = every, every - 1
         self._next = self._calls + every
-        if stop:
-            self._stop_together(step, by)
+        if top:
+            self._stop_together(step, ASKING - top)
 
     def proposal(self, step_seconds: float) -> int:
         """The steps to the next agreement this rank proposes: its agreements' typical cost over the share
-        of a step's time the doctor may take, between `shortest` and FARTHEST times it; `shortest` once a
-        leak of this rank is projected to reach the limit (a stop may come: it must not wait long)."""
+        of a step's time the doctor may take, between `shortest` and FARTHEST times it."""
         budget = self.settings.overhead * step_seconds
-        if not self._costs or budget <= 0 or self.threatened:
+        if not self._costs or budget <= 0:
             return self.shortest
         wanted = math.ceil(statistics.median(self._costs) / budget)
         return max(self.shortest, min(wanted, FARTHEST * self.shortest))
 
-    def _stop_together(self, step: int, by: int | None) -> None:
-        asked = self.asked if self.asked is not None and by in (None, self.rank) else None
+    def _stop_together(self, step: int, by: int) -> None:
+        asked = self.asked if self.asked is not None and by == self.rank else None
         self.stopped_by = asked or {"rank": by, "step": None, "reason": None}
-        who = f"rank {by}" if by is not None else "another rank"
-        reason = asked["reason"] if asked else f"{who} asked every rank to stop before the memory limit"
+        reason = asked["reason"] if asked else f"rank {by} asked every rank to stop before the memory limit"
         checkpoint = self._checkpoint() if self.checkpoint_here else None
         self.stopped = {"step": step, "reason": reason, "checkpoint": checkpoint}
         self._acted = self.should_stop = True

@@ -139,7 +139,7 @@ class LeakDoctor(doctor.LeakDoctor):
         process_allgather (None in a single process: the doctor stops alone)."""
         if self.settings.on_limit != "stop" or jax_integration.process_count() < 2:
             return None
-        return jax_integration.any_process
+        return jax_integration.process_maximum
 
     # --- what the cond scan sees --------------------------------------------------------------------
 

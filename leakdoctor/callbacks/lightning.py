@@ -256,16 +256,12 @@ def _not_started() -> Summary:
 
 def _agreement(trainer: Any) -> Agree:
     """How the trainer's ranks agree to stop: the strategy's own collective (as EarlyStopping's
-    reduce_boolean_decision is), a max over two integers: world_size - rank from a rank that asks (so the
-    maximum names the lowest rank that asked) and each rank's proposed steps to the next agreement."""
-    def agree(asked: bool, proposed: int) -> tuple[bool, int | None, int]:
+    reduce_boolean_decision is), the element-wise maximum over the ranks of a few integers."""
+    def agree(values: list[int]) -> list[int]:
         import torch
 
-        world, rank = trainer.world_size, trainer.global_rank
-        flags = torch.tensor([world - rank if asked else 0, proposed], dtype=torch.int64,
-                             device=trainer.strategy.root_device)
-        top, every = (int(v) for v in trainer.strategy.reduce(flags, reduce_op="max").tolist())
-        return top > 0, (world - top if top else None), every
+        flags = torch.tensor(values, dtype=torch.int64, device=trainer.strategy.root_device)
+        return [int(v) for v in trainer.strategy.reduce(flags, reduce_op="max").tolist()]
 
     return agree
 

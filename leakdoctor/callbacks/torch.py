@@ -103,7 +103,7 @@ class LeakDoctor(doctor.LeakDoctor):
         (None on one rank: the doctor stops alone)."""
         if self.settings.on_limit != "stop" or torch_integration.world_size() < 2:
             return None
-        return torch_integration.any_rank
+        return torch_integration.rank_maximum
 
     def _complete(self, summary: Summary, exception: BaseException | None) -> Summary:
         """Gather every rank's summary into rank 0's; not after an exception, when the other ranks may

@@ -61,17 +61,14 @@ def process_rank() -> int | None:
     return int(jax.process_index()) if jax.process_count() > 1 else None
 
 
-def any_process(asked: bool, proposed: int) -> tuple[bool, int | None, int]:
-    """Did any process ask (on_limit="stop"), the lowest that did, and the most steps to the next agreement
-    any process proposed (stopping.Agree): one process_allgather of two integers per process (1 if it asks,
-    its proposal). Every process must call it at the same step."""
+def process_maximum(values: list[int]) -> list[int]:
+    """The element-wise maximum over the processes of each process's few integers (stopping.Agree): one
+    process_allgather. Every process must call it at the same step."""
     import numpy as np
     from jax.experimental import multihost_utils
 
-    rows = np.asarray(multihost_utils.process_allgather(np.array([1 if asked else 0, proposed], dtype=np.int32)))
-    rows = rows.reshape(-1, 2)
-    askers = np.flatnonzero(rows[:, 0])
-    return bool(askers.size), (int(askers[0]) if askers.size else None), int(rows[:, 1].max())
+    rows = np.asarray(multihost_utils.process_allgather(np.array(values, dtype=np.int32)))
+    return [int(v) for v in rows.reshape(-1, len(values)).max(axis=0)]
 
 
 def live_bytes(platform: str) -> str:

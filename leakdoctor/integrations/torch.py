@@ -77,20 +77,16 @@ def gather(obj: Any) -> list[Any] | None:
     return gathered
 
 
-def any_rank(asked: bool, proposed: int) -> tuple[bool, int | None, int]:
-    """Did any rank ask (on_limit="stop"), the lowest that did, and the most steps to the next agreement
-    any rank proposed: one all_reduce (MAX) over two integers, world_size - rank from a rank that asks and
-    0 from the others (so the maximum names the lowest rank that asked), and the proposal. Every rank must
-    call it at the same step. On the current CUDA device under NCCL (which reduces no CPU tensor), else on
-    the CPU (gloo)."""
+def rank_maximum(values: list[int]) -> list[int]:
+    """The element-wise maximum over the ranks of each rank's few integers (stopping.Agree): one all_reduce
+    (MAX). Every rank must call it at the same step. On the current CUDA device under NCCL (which reduces
+    no CPU tensor), else on the CPU (gloo)."""
     torch = require_torch()
     dist = torch.distributed
-    world, rank = dist.get_world_size(), dist.get_rank()
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-    flags = torch.tensor([world - rank if asked else 0, proposed], dtype=torch.int64, device=device)
+    flags = torch.tensor(values, dtype=torch.int64, device=device)
     dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-    top, every = (int(v) for v in flags.tolist())
-    return top > 0, (world - top if top else None), every
+    return [int(v) for v in flags.tolist()]
 
 
 def world_size() -> int:
