@@ -4,7 +4,8 @@ LeakDoctor in the script, and unedited under `leakdoctor run` (torchrun starting
 rank): one merged summary on rank 0 holding rank 1's finding, each rank's Prometheus server on its own port
 (base + LOCAL_RANK). Per-rank post-mortems: rank 1 dies of MemoryError mid-loop, or is SIGKILLed as the
 out-of-memory killer does, and leaves its own summary beside the configured one (leaks.rank1.json), which
-rank 0 never received.
+rank 0 never received. What the runner itself writes follows the same rule: ranks on which no step was
+seen each write their "unwatched" summary, rank 0 to the summary path, rank 1 beside it.
 
 Each job runs in a session of its own and the whole group is killed at its deadline or at the end of the
 test, so a hang fails the test rather than the suite."""
@@ -182,3 +183,15 @@ def test_leakdoctor_run_on_limit_stop_under_torchrun_stops_every_rank_together_a
     assert by["rank"] == 1 and stopped["step"] - FARTHEST * OPTIONS["window"] < by["step"] <= stopped["step"]
     assert [r["steps"] for r in ranks] == [stopped["step"]] * 2 and rank_ones(ranks[1]["findings"])
     assert rank_ones(summary["findings"]) and ranks[1]["series"]["rss_bytes"]["peak"] < 600 * 2**20
+
+
+def test_leakdoctor_run_under_torchrun_writes_an_unwatched_rank_s_summary_beside_rank_0_s(tmp_path):
+    # a script that takes no step (nor imports torch: the cheapest launch): each rank's runner writes the summary
+    script = tmp_path / "evaluate.py"
+    script.write_text("import os\nprint('rank', os.environ['RANK'], 'evaluated')\n")
+    assert run(torchrun("-m", "leakdoctor", "run", "--summary", tmp_path / "leaks.json", script), tmp_path) == 0, \
+        output(tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("leaks*.json")) == ["leaks.json", "leaks.rank1.json"]
+    main, own = load(tmp_path / "leaks.json"), load(tmp_path / "leaks.rank1.json")
+    assert (main["rank"], own["rank"]) == (0, 1) and main["verdict"] == own["verdict"] == "unwatched"
+    assert (tmp_path / "err.txt").read_text().count("took no step") == 1, output(tmp_path)  # printed on rank 0 only

@@ -100,11 +100,13 @@ def _finish(session: Session, outcome: Outcome, family: children.Family, reason:
         if summary is not None:
             if quiet:
                 session.emit(summary)
-            elif session.options.get("summary_path"):  # a callback wrote its own: the merged one replaces it
-                summary.write(session.options["summary_path"])
-                print(f"leakdoctor run: {len(reports)} forked child process(es) were watched too; "
-                      f"{session.options['summary_path']} holds their findings (verdict {summary.verdict})",
-                      file=sys.stderr)
+            else:  # a callback wrote its own: the merged one replaces it
+                rank, path, _ = session.destination()
+                if path:
+                    summary.write(path)
+                    if rank == 0:
+                        print(f"leakdoctor run: {len(reports)} forked child process(es) were watched too; "
+                              f"{path} holds their findings (verdict {summary.verdict})", file=sys.stderr)
         return summary
     except Exception as err:  # noqa: BLE001 - the script's own exit status stands
         print(f"leakdoctor run: could not finish the doctor: {type(err).__name__}: {err}", file=sys.stderr)

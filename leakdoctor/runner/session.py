@@ -4,13 +4,20 @@ Flax TrainState.apply_gradients, a call of a compiled or jitted function, or the
 --step-on). Steps of any other kind are ignored, so a Lightning fit, whose optimizer is a torch
 optimizer, is watched once, by the Lightning callback, and an eager update next to a jitted function
 counts once per iteration. A run in which no step was seen still ends with a summary: verdict
-"unwatched", with the reason and the fix."""
+"unwatched", with the reason and the fix.
+
+Under torchrun every rank runs `leakdoctor run`: what the runner itself writes (the unwatched summary, the
+summary merged with the forked children's) goes where the doctors put theirs, rank 0's to the summary
+path, another rank's beside it (ranks.rank_path: leaks.rank1.json), without plot or printing."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from typing import Any, Callable, Mapping
+
+from leakdoctor import ranks
 
 STEPS = ("a torch optimizer step, a Lightning Trainer fit, a Keras fit/evaluate/predict, an MLX "
          "Optimizer.update, an optax update or a Flax TrainState.apply_gradients run eagerly, or a function "
@@ -92,9 +99,18 @@ class Session:
             return True
         return False
 
+    def destination(self) -> tuple[int, str | None, str | None]:
+        """(rank, summary path, plot path) of what the runner writes in this process: the run's options
+        on rank 0; on a rank > 0 (process_rank), the rank's own file beside the summary path and no plot,
+        as the doctors do (callbacks/torch.py)."""
+        rank, path, plot = process_rank(), self.options.get("summary_path"), self.options.get("plot_path")
+        if rank > 0:
+            return rank, (str(ranks.rank_path(path, rank)) if path else None), None
+        return rank, path, plot
+
     def emit(self, summary: Any) -> None:
-        """Write, plot and print a summary as the attached doctor would have."""
-        path, plot = self.options.get("summary_path"), self.options.get("plot_path")
+        """Write, plot and print a summary as the attached doctor would have (printed on rank 0 only)."""
+        rank, path, plot = self.destination()
         if path:
             try:
                 summary.write(path)
@@ -105,7 +121,7 @@ class Session:
                 summary.plot(plot)
             except Exception as err:  # noqa: BLE001 - a plot is a bonus
                 print(f"leakdoctor run: could not plot to {plot}: {err}", file=sys.stderr)
-        if self.options.get("verbose", True):
+        if self.options.get("verbose", True) and rank == 0:
             print(summary.text(), file=sys.stderr)
 
     def finish(self, exception: BaseException | None = None, reason: str | None = None,
@@ -133,10 +149,25 @@ class Session:
         from leakdoctor.summary import Summary
 
         summary = Summary(framework=framework_imported(self.kind), steps=0, series={}, findings=[],
-                          version=__version__, unwatched={"reason": reason, "fix": FIX})
+                          version=__version__, unwatched={"reason": reason, "fix": FIX}, rank=process_rank())
         if emit:
             self.emit(summary)
         return summary
+
+
+def process_rank() -> int:
+    """This process's rank in a distributed run: torch.distributed's when the script initialized it (and
+    has not destroyed it yet), else the RANK that torchrun sets; 0 outside one."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:  # noqa: BLE001 - a broken torch.distributed: torchrun's RANK still says
+        pass
+    try:
+        return max(0, int(os.environ.get("RANK", "0")))
+    except ValueError:
+        return 0
 
 
 def framework_imported(kind: str | None = None) -> str:
