@@ -16,10 +16,9 @@ overhead share, between 1 and 8 windows).
 
 from __future__ import annotations
 
+import functools
 import json
-import multiprocessing
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -29,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 from common import machine, write_section  # noqa: E402
+from helpers import report_to, run_ranks  # noqa: E402
 
 MIB = 2**20
 STEPS = 1200
@@ -39,19 +40,8 @@ HEADROOM = 300 * MIB
 TIMEOUT = 300
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def rank_main(rank: int, port: int, folder: str, leak: bool, conn: Any) -> None:
-    try:
-        conn.send(("ok", run_rank(rank, port, folder, leak)))
-    except BaseException as err:  # noqa: BLE001 - hand every failure back
-        conn.send(("error", f"rank {rank}: {type(err).__name__}: {err}"))
-    finally:
-        conn.close()
+def rank_main(rank: int, port: int, folder: str, conn: Any, *, leak: bool) -> None:
+    report_to(conn, run_rank, rank, port, folder, leak, label=f"rank {rank}")
 
 
 def run_rank(rank: int, port: int, folder: str, leak: bool) -> dict[str, Any]:
@@ -105,32 +95,8 @@ def bare_all_reduce(torch: Any, dist: Any, n: int = 200) -> float:
 
 
 def two_ranks(leak: bool) -> list[dict[str, Any]]:
-    ctx = multiprocessing.get_context("spawn")
-    port = free_port()
     with tempfile.TemporaryDirectory() as folder:
-        pipes, processes = [], []
-        for rank in range(2):
-            parent, child = ctx.Pipe(duplex=False)
-            process = ctx.Process(target=rank_main, args=(rank, port, folder, leak, child))
-            process.start()
-            child.close()
-            pipes.append(parent)
-            processes.append(process)
-        try:
-            results = []
-            for pipe in pipes:
-                if not pipe.poll(TIMEOUT):
-                    raise TimeoutError("a rank did not finish")
-                status, value = pipe.recv()
-                if status == "error":
-                    raise RuntimeError(value)
-                results.append(value)
-            return results
-        finally:
-            for process in processes:
-                process.join(10)
-                if process.is_alive():
-                    process.kill()
+        return run_ranks(functools.partial(rank_main, leak=leak), folder, timeout=TIMEOUT)
 
 
 def cost_row(run: int) -> str:

@@ -1,12 +1,18 @@
 """Test helpers. `isolated` runs a scenario in a fresh interpreter: memory readings then start from a
-clean heap, so memory freed by an earlier test cannot hide (or fake) the growth a test reproduces."""
+clean heap, so memory freed by an earlier test cannot hide (or fake) the growth a test reproduces.
+`run_ranks` runs the ranks of a distributed run as spawned processes (tests/test_distributed_stop.py,
+tests/test_jax_distributed.py, benchmarks/bench_distributed.py); each process hands its result back
+through a pipe with `report_to`, as `isolated`'s does."""
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import re
+import socket
 import string
 import sys
+import time
 import traceback
 import warnings
 from pathlib import Path
@@ -15,16 +21,23 @@ from typing import Any, Callable, Iterable
 SCENARIOS = Path(__file__).parent.parent / "benchmarks" / "scenarios"
 
 
+def report_to(conn: Any, fn: Callable[..., Any], *args: Any, label: str = "") -> None:
+    """In a child process: fn(*args), and through `conn` ("ok", its result), or ("error", the traceback) for
+    any failure, headed by `label` and the exception ("rank 1: MemoryError: ..."); then `conn` is closed."""
+    try:
+        conn.send(("ok", fn(*args)))
+    except BaseException as err:  # noqa: BLE001 - hand every failure back to the test
+        head = f"{label}: {type(err).__name__}: {err}\n" if label else ""
+        conn.send(("error", head + traceback.format_exc()))
+    finally:
+        conn.close()
+
+
 def _child(conn: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
     # as pyproject's filterwarnings: a deprecation raised on a call the library makes is an error (the
     # library's guard then records it in the summary's errors, which the tests read)
     warnings.filterwarnings("error", category=DeprecationWarning, module="leakdoctor")
-    try:
-        conn.send(("ok", fn(*args, **kwargs)))
-    except BaseException:  # noqa: BLE001 - hand every failure back to the test
-        conn.send(("error", traceback.format_exc()))
-    finally:
-        conn.close()
+    report_to(conn, functools.partial(fn, *args, **kwargs))
 
 
 def isolated(fn: Callable[..., Any], *args: Any, timeout: float = 600, **kwargs: Any) -> Any:
@@ -46,6 +59,47 @@ def isolated(fn: Callable[..., Any], *args: Any, timeout: float = 600, **kwargs:
     if status == "error":
         raise AssertionError(f"{fn.__name__} failed in its own process:\n{value}")
     return value
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that is free now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_ranks(target: Callable[..., None], folder: str, world: int = 2, timeout: float = 240) -> list[Any]:
+    """target(rank, port, folder, conn) in `world` spawned processes (`port`: a free port for their
+    rendezvous; `conn`: where the process sends its result, as `report_to` does); their results in rank
+    order. Every process still alive at the deadline, `timeout` seconds for the whole job (or after a
+    failure), is killed."""
+    ctx = multiprocessing.get_context("spawn")
+    port = free_port()
+    pipes, processes = [], []
+    for rank in range(world):
+        parent, child = ctx.Pipe(duplex=False)
+        process = ctx.Process(target=target, args=(rank, port, folder, child))
+        process.start()
+        child.close()
+        pipes.append(parent)
+        processes.append(process)
+    deadline = time.monotonic() + timeout
+    results: list[Any] = [None] * world
+    try:
+        for rank, pipe in enumerate(pipes):
+            if not pipe.poll(max(0.0, deadline - time.monotonic())):
+                raise TimeoutError(f"rank {rank} did not finish within {timeout} s")
+            status, value = pipe.recv()
+            if status == "error":
+                raise AssertionError(value)
+            results[rank] = value
+    finally:
+        for process in processes:
+            process.join(max(1.0, min(10.0, deadline - time.monotonic())))
+            if process.is_alive():
+                process.kill()
+                process.join(10)
+    return results
 
 
 def corpus_run(scenario: str) -> dict:

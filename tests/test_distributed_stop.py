@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+from helpers import report_to, run_ranks
 
 from leakdoctor.stopping import FARTHEST
 
@@ -39,12 +37,6 @@ def rss() -> float:
     import psutil
 
     return float(psutil.Process().memory_info().rss)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def assert_ranks_stopped_together(summary: dict, stop_step: int, limit: float) -> None:
@@ -68,93 +60,68 @@ def assert_ranks_stopped_together(summary: dict, stop_step: int, limit: float) -
 
 # --- a plain torch loop: two gloo ranks -----------------------------------------------------------------------
 
-def loop_rank(rank: int, port: int, folder: str, conn: Any) -> None:
-    """One of two gloo ranks of a DDP loop; rank 1 keeps 2 MiB a step. Sends back its stop step, its saves
-    and (rank 0) the merged summary."""
-    try:
-        conn.send(("ok", _loop_rank(rank, port, folder)))
-    except BaseException as err:  # noqa: BLE001 - hand every failure back to the test
-        import traceback
+def leaky_ddp_loop(rank: int, folder: str, wrap: Callable[[Any], Any], steps: int,
+                   save: Callable[[Any], str] | None = None) -> tuple[int, Any, float]:
+    """The DDP loop of a linear model (`wrap` makes the DDP model of it: DistributedDataParallel, or Ray
+    Train's prepare_model, tests/test_ray.py) in which rank 1 keeps 2 MiB a step on the model's list
+    `hoard`, with the torch LeakDoctor (on_limit="stop" at a limit HEADROOM above the resident memory at
+    the start, summary FOLDER/leaks.json, `save(model)` its checkpoint=) until it stops or `steps`.
+    (last step, the doctor, the limit)."""
+    import torch
 
-        conn.send(("error", f"rank {rank}: {type(err).__name__}: {err}\n{traceback.format_exc()}"))
-    finally:
-        conn.close()
+    from leakdoctor.callbacks.torch import LeakDoctor
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    net = torch.nn.Linear(32, 1)
+    net.hoard = []  # a list attribute of the model, which the doctor counts
+    model = wrap(net)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    limit = rss() + HEADROOM
+    step = 0
+    with LeakDoctor(model=model, optimizer=optimizer, memory_limit=limit, on_limit="stop", overhead=1.0,
+                    checkpoint=None if save is None else lambda: save(model), verbose=False,
+                    summary_path=os.path.join(folder, "leaks.json")) as doctor:
+        for step in range(1, steps + 1):
+            loss = model(torch.randn(16, 32)).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()  # DDP's gradient all_reduce: the ranks step in lockstep
+            optimizer.step()
+            if rank == 1:
+                net.hoard.append(torch.ones(CHUNK, dtype=torch.float64))  # the leak, on rank 1 only
+            doctor.step()
+            if doctor.should_stop:
+                break
+    return step, doctor, limit
+
+
+def loop_rank(rank: int, port: int, folder: str, conn: Any) -> None:
+    """One of two gloo ranks of the DDP loop (run_ranks' target); rank 1 keeps 2 MiB a step. Sends back its
+    stop step, its saves and (rank 0) the merged summary."""
+    report_to(conn, _loop_rank, rank, port, folder, label=f"rank {rank}")
 
 
 def _loop_rank(rank: int, port: int, folder: str) -> dict:
     import torch
     import torch.distributed as dist
 
-    from leakdoctor.callbacks.torch import LeakDoctor
-
     warnings.filterwarnings("ignore")
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    net = torch.nn.Linear(32, 1)
-    net.hoard = []  # a list attribute of the model, which the doctor counts
-    model = torch.nn.parallel.DistributedDataParallel(net)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     saves = []
 
-    def save() -> str:
+    def save(model: Any) -> str:
         path = os.path.join(folder, f"model.rank{rank}.pt")
         torch.save(model.module.state_dict(), path)
         saves.append(path)
         return path
 
-    limit = rss() + HEADROOM
-    step = 0
     try:
-        with LeakDoctor(model=model, optimizer=optimizer, memory_limit=limit, on_limit="stop", checkpoint=save,
-                        overhead=1.0, verbose=False, summary_path=os.path.join(folder, "leaks.json")) as doctor:
-            for step in range(1, 2001):
-                loss = model(torch.randn(16, 32)).pow(2).mean()
-                optimizer.zero_grad()
-                loss.backward()  # DDP's gradient all_reduce: the ranks step in lockstep
-                optimizer.step()
-                if rank == 1:
-                    net.hoard.append(torch.ones(CHUNK, dtype=torch.float64))  # the leak, on rank 1 only
-                doctor.step()
-                if doctor.should_stop:
-                    break
+        step, doctor, limit = leaky_ddp_loop(rank, folder, torch.nn.parallel.DistributedDataParallel, 2000, save)
     finally:
         dist.destroy_process_group()
     summary = json.loads(Path(folder, "leaks.json").read_text()) if rank == 0 else None
     return {"rank": rank, "last_step": step, "should_stop": doctor.should_stop, "saves": saves, "limit": limit,
             "summary": summary}
-
-
-def run_ranks(target: Callable[..., None], folder: str, world: int = 2, timeout: float = TIMEOUT) -> list[dict]:
-    """target(rank, port, folder, conn) in `world` spawned processes; their results in rank order. Every
-    process still alive at the deadline (or after a failure) is killed."""
-    ctx = multiprocessing.get_context("spawn")
-    port = free_port()
-    pipes, processes = [], []
-    for rank in range(world):
-        parent, child = ctx.Pipe(duplex=False)
-        process = ctx.Process(target=target, args=(rank, port, folder, child))
-        process.start()
-        child.close()
-        pipes.append(parent)
-        processes.append(process)
-    deadline = time.monotonic() + timeout
-    results: list[Any] = [None] * world
-    try:
-        for rank, pipe in enumerate(pipes):
-            if not pipe.poll(max(0.0, deadline - time.monotonic())):
-                raise TimeoutError(f"rank {rank} did not finish within {timeout} s")
-            status, value = pipe.recv()
-            if status == "error":
-                raise AssertionError(value)
-            results[rank] = value
-    finally:
-        for process in processes:
-            process.join(max(1.0, min(10.0, deadline - time.monotonic())))
-            if process.is_alive():
-                process.kill()
-                process.join(10)
-    return results
 
 
 def test_two_gloo_ranks_stop_together_when_one_leaks(tmp_path):

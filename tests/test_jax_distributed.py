@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
+from helpers import report_to
 from test_distributed_stop import CHUNK, HEADROOM, rss, run_ranks
 
 pytest.importorskip("jax")
@@ -27,14 +27,7 @@ STEPS = 2000
 def jax_process(rank: int, port: int, folder: str, conn: Any) -> None:
     """One of two JAX processes; process 1 keeps 2 MiB a step. Sends back its last step, should_stop, its
     limit and its checkpoint calls."""
-    try:
-        conn.send(("ok", _jax_process(rank, port, folder)))
-    except BaseException as err:  # noqa: BLE001 - hand every failure back to the test
-        import traceback
-
-        conn.send(("error", f"process {rank}: {type(err).__name__}: {err}\n{traceback.format_exc()}"))
-    finally:
-        conn.close()
+    report_to(conn, _jax_process, rank, port, folder, label=f"process {rank}")
 
 
 def _jax_process(rank: int, port: int, folder: str) -> dict:

@@ -23,13 +23,10 @@ pytest.importorskip("ray.train.torch", reason="the Ray Train test needs ray[trai
 pytest.importorskip("torch", reason="the Ray Train test needs torch")
 
 import psutil  # noqa: E402 - after the skips
+from test_distributed_stop import MIB, WINDOW, leaky_ddp_loop  # noqa: E402
 
 from leakdoctor.stopping import FARTHEST  # noqa: E402
 
-MIB = 2**20
-HEADROOM = 300 * MIB
-CHUNK = 2**18  # float64 items: 2 MiB a step
-WINDOW = 6  # the default window: the workers agree first after WINDOW steps, then every WINDOW to FARTHEST windows
 MAX_STEPS = 2000
 TIMEOUT = 240  # seconds, for the whole test (pytest-timeout)
 COLLECTIVE_TIMEOUT = 60  # seconds a gloo collective may wait for the other worker before it fails
@@ -37,37 +34,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def train_loop_per_worker(config: dict) -> None:
-    """One worker: a DDP model from Ray's process group, the torch LeakDoctor, worker 1 keeping 2 MiB a step
-    on the model. Writes what it saw to rank{N}.json in the test's folder, then reports through leakdoctor."""
+    """One worker: the DDP loop of tests/test_distributed_stop.py on Ray's process group (prepare_model),
+    worker 1 keeping 2 MiB a step on the model. Writes what it saw to rank{N}.json in the test's folder, then
+    reports through leakdoctor."""
     import ray.train
     import ray.train.torch
-    import torch
 
     import leakdoctor
     from leakdoctor.callbacks import ray as leakdoctor_ray
-    from leakdoctor.callbacks.torch import LeakDoctor
 
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
     rank = ray.train.get_context().get_world_rank()
-    net = torch.nn.Linear(32, 1)
-    net.hoard = []  # a list attribute of the model, which the doctor counts
-    model = ray.train.torch.prepare_model(net)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    limit = psutil.Process().memory_info().rss + HEADROOM
-    step = 0
-    with LeakDoctor(model=model, optimizer=optimizer, memory_limit=limit, on_limit="stop", overhead=1.0,
-                    verbose=False, summary_path=os.path.join(config["folder"], "leaks.json")) as doctor:
-        for step in range(1, MAX_STEPS + 1):
-            loss = model(torch.randn(16, 32)).pow(2).mean()
-            optimizer.zero_grad()
-            loss.backward()  # DDP's gradient all_reduce: the workers step in lockstep
-            optimizer.step()
-            if rank == 1:
-                net.hoard.append(torch.ones(CHUNK, dtype=torch.float64))  # the leak, on worker 1 only
-            doctor.step()
-            if doctor.should_stop:
-                break
+    step, doctor, limit = leaky_ddp_loop(rank, config["folder"], ray.train.torch.prepare_model, MAX_STEPS)
     Path(config["folder"], f"rank{rank}.json").write_text(json.dumps(
         {"rank": rank, "last_step": step, "should_stop": doctor.should_stop, "limit": limit,
          "leakdoctor": leakdoctor.__file__}))
@@ -89,9 +66,11 @@ def fit(folder: Path) -> "ray.train.Result":
 
 @pytest.fixture
 def local_cluster(monkeypatch: pytest.MonkeyPatch):
-    """A local Ray cluster of 2 CPUs whose workers import leakdoctor from this checkout and this module's
-    functions by value; shut down afterwards, and whatever it started that is still alive then is killed."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    """A local Ray cluster of 2 CPUs whose workers import leakdoctor from this checkout, this module's
+    functions by value and the tests' modules (test_distributed_stop's loop) by name; shut down afterwards,
+    and whatever it started that is still alive then is killed."""
+    path = [str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path))
     for name, value in {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1",
                         "OPENBLAS_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}.items():
         monkeypatch.setenv(name, value)
