@@ -166,6 +166,8 @@ PHRASES: dict[str, str] = {
     "earlier_fits": "steps 1-{steps} were earlier fits with this callback",
     "keras_clock": "({calls} calls, {batches} training batches)",
     "call_did_not_return": "call {call}, {kind}() at {site}, did not return",
+    "stop_warns_across_calls": "on_limit='stop' stops a fit (model.stop_training) but acts as 'warn' across calls",
+    "stop_warns_in_fits": "on_limit='stop' acts as 'warn', within fits as across calls: {variable} says",
     # evidence: what the library saw, named for the user
     "grew": "{metric} grew {growth} in {steps} steps ({rate}/step)",
     "new_items": ", about {size} of new items",

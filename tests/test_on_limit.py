@@ -204,6 +204,8 @@ def test_a_keras_fit_stops_with_a_saved_model_that_loads(tmp_path):
     assert stopped["checkpoint"] == str(tmp_path / f"leakdoctor-stop-fit1-batch{stopped['batch']}.keras")
     assert result["epochs"] < 100  # the fit ended early, at the end of the batch after the decision
     assert result["same_weights"] and result["predicts"]  # the model as it was when the doctor stopped
+    assert summary.get("stopped_by") is None  # one process
+    assert says(summary["notes"], "stop_warns_across_calls"), summary["notes"]  # the loop of calls is the user's
 
 
 # --- warn, a callable, and a cache that stays bounded -------------------------------------------------

@@ -31,9 +31,23 @@ lifecycle): the final summary is written, plotted to `plot_path` and printed, on
 With `on_limit="stop"`, when a fit's unremedied leak is projected to reach the memory limit within the
 margin, the callback saves the model (`model.save`, a .keras file next to `summary_path`, else in the
 working directory), calls `checkpoint=` if given, and sets `model.stop_training`. The across-calls doctor
-cannot stop the user's loop of calls: for it "stop" acts as "warn". Keras gives callbacks no exception
-hook: use the callback as a context manager (`with LeakDoctorCallback(...) as doctor:`), call
-`finish(exception)`, or let the program end, and an out-of-memory error gets its post-mortem.
+cannot stop the user's loop of calls: for it "stop" acts as "warn", and the summary's notes say so. Keras
+gives callbacks no exception hook: use the callback as a context manager (`with LeakDoctorCallback(...) as
+doctor:`), call `finish(exception)`, or let the program end, and an out-of-memory error gets its
+post-mortem.
+
+In a multi-process run (the jax backend with jax.distributed initialized and more than one process, or
+the torch backend with torch.distributed initialized and more than one rank: make the callback after it)
+every process measures itself: `rank` defaults to the process's, and a process > 0 writes its summary
+beside the summary path (leaks.json -> leaks.rank1.json, ranks.rank_path), no plot; nothing is gathered.
+on_limit="stop" ends every process's fit at the same batch, since a process that left its fit alone would
+leave the others waiting in their next collective: the fits' doctors agree as the loop doctors do
+(stopping.py: at agreement batches one process_allgather, or all_reduce, of a few integers), and each
+file says which process asked (`stopped_by`). Process 0 alone calls `checkpoint=` and saves the model:
+Keras's model.save is no collective, and every process would write the same file (under data parallelism
+every process holds the same weights). Where the environment says the run has several processes
+(WORLD_SIZE, KERAS_DISTRIBUTION_NUM_PROCESSES) but none of these collectives is initialized, "stop" acts
+as "warn" within fits too, and the notes say why.
 """
 
 from __future__ import annotations
@@ -43,7 +57,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from leakdoctor import doctor, termination
+from leakdoctor import doctor, ranks, stopping, termination
 from leakdoctor import options as doctor_options
 from leakdoctor.exporter import Publisher
 from leakdoctor.guard import Guard
@@ -123,8 +137,9 @@ class KerasDoctor(doctor.LeakDoctor):
     framework = "keras"
 
     def __init__(self, calls: keras_integration.Calls, label: str, model: Any = None, without: tuple[str, ...] = (),
-                 publisher: Publisher | None = None, record: _Record | None = None, **options: Any) -> None:
-        self.label, self._without, self._feed, self._record = label, without, publisher, record
+                 publisher: Publisher | None = None, record: _Record | None = None,
+                 agree: stopping.Agree | None = None, **options: Any) -> None:
+        self.label, self._without, self._feed, self._record, self._agree = label, without, publisher, record, agree
         parts: list[Integration] = [keras_integration.integration(calls),
                                     *keras_integration.backend_integrations(model)]
         super().__init__(integrations=[*parts, *options.pop("integrations", ())], **options)
@@ -132,6 +147,16 @@ class KerasDoctor(doctor.LeakDoctor):
             self.watch_object(model)
         if record is None:
             termination.unregister(self)
+
+    def step(self, **context: Any) -> None:
+        super().step(**context)
+        if self._shared:
+            self._agree_if_due()
+
+    def _stop_agreement(self) -> stopping.Agree | None:
+        """A fit's doctor in a multi-process run: the backend's collective (`agree`), so that every process
+        stops at the same batch when on_limit="stop"; None: this process stops alone."""
+        return self._agree if self.settings.on_limit == "stop" else None
 
     def _forensics(self, parts: Any) -> list[Any]:
         return [f for f in super()._forensics(parts) if f.name not in self._without]
@@ -179,6 +204,7 @@ class _Fit:
     errors: list[dict[str, str]] = dataclasses.field(default_factory=list)
     probe_seconds: float = 0.0
     stopped: dict[str, Any] | None = None
+    stopped_by: dict[str, Any] | None = None
     oom: dict[str, Any] | None = None
 
     @classmethod
@@ -189,6 +215,7 @@ class _Fit:
                    probe_seconds=summary.overhead.get("probe_seconds", 0.0),
                    stopped=summary.stopped and {**summary.stopped, "step": number, "batch": summary.stopped["step"],
                                                 "reason": f"{label}: {summary.stopped['reason']}"},
+                   stopped_by=summary.stopped_by and on_calls(summary.stopped_by, number, label),
                    oom=summary.oom and {**summary.oom, "step": number, "batch": summary.oom["step"]})
 
     def take_step(self) -> bool:
@@ -265,11 +292,13 @@ class _Record:
                         f"{_count(self.batches, 'training batch')}); the series hold one reading at the end of "
                         f"each call")
         fits = self.fits + now
-        stopped = next((fit.stopped for fit in fits if fit.stopped), calls.stopped)
+        ender = next((fit for fit in fits if fit.stopped), None)
+        stopped, by = (ender.stopped, ender.stopped_by) if ender else (calls.stopped, calls.stopped_by)
         died = next((fit.oom for fit in reversed(fits) if fit.oom), calls.oom)
         watched = self.watched_fits or (batches is not None and batches.unwatched is None)
         return dataclasses.replace(calls, findings=findings, notes=notes, errors=errors, overhead=overhead,
-                                   stopped=stopped, oom=died, unwatched=None if watched else calls.unwatched)
+                                   stopped=stopped, stopped_by=by, oom=died,
+                                   unwatched=None if watched else calls.unwatched)
 
 
 @documented
@@ -287,7 +316,8 @@ class LeakDoctorCallback(keras.callbacks.Callback):
         call_options: the across-calls doctor's settings, counted in calls (`CALL_DEFAULTS`: warmup,
             window, investigate_steps, verify_windows, horizon); None: the defaults.
         **options: the shared options, below (README "Options"); `warmup`, `window` and the like count
-            the batches of each fit. `on_limit="stop"` stops the fit (after saving the model).
+            the batches of each fit. `on_limit="stop"` stops the fit (after saving the model); in a
+            multi-process run every process's fit at the same batch, and `rank` defaults to the process's.
 
     Raises:
         UnknownOptionError: an argument, option or `call_options` name it does not take, with the
@@ -312,14 +342,16 @@ class LeakDoctorCallback(keras.callbacks.Callback):
         if call_options is not None and not isinstance(call_options, Mapping):
             raise ValueError(f"call_options={call_options!r}: expected a dict of settings such as {dict(CALL_DEFAULTS)}")
         reject_unknown("LeakDoctorCallback(call_options=...)", call_options or {}, CALL_DEFAULTS)
-        self.settings = doctor_options.check(type(self), options)  # bad names and values fail here, not at the first fit
+        doctor_options.check(type(self), options)  # bad names and values fail here, not at the first fit
+        options, self._agree, notes = _in_processes(options)
+        self.settings = doctor_options.check(type(self), options)
         across = {**options, **CALL_DEFAULTS, **(call_options or {})}
         if across.get("on_limit") == "stop":  # a callback cannot stop the loop of calls
             across.update(on_limit="warn", checkpoint=None)
         doctor_options.check(type(self), across)
         self.log_prefix = log_prefix
         self._fit_options = {k: v for k, v in options.items() if k not in _RUN_ONLY}
-        self._record = _Record(keras_integration.Calls(), Guard())
+        self._record = _Record(keras_integration.Calls(), Guard(), notes=notes)
         # No tracemalloc across calls: a trace of whole calls leaves the heap fragmented, and resident
         # memory steps up by megabytes for good (measured with JAX), which this doctor would then see as
         # growth. The models probe and the gc census name what piles up across calls instead.
@@ -416,7 +448,7 @@ class LeakDoctorCallback(keras.callbacks.Callback):
             if options.get("on_limit") == "stop":
                 options["checkpoint"] = self._saver(number, options.get("checkpoint"))
             record.fit = _Fit(number, KerasDoctor(record.calls, label, self._model, publisher=self._fit_publisher,
-                                                  **options))
+                                                  agree=self._agree, **options))
 
     def _end(self, kind: str) -> None:
         record = self._record
@@ -458,11 +490,55 @@ class LeakDoctorCallback(keras.callbacks.Callback):
         return save
 
 
+def _in_processes(options: dict[str, Any]) -> tuple[dict[str, Any], stopping.Agree | None, list[str]]:
+    """The callback's options in this process, how its fits' doctors agree with the other processes on a
+    stop (None: each stops alone), and the notes its summary starts with. In a multi-process run with the
+    backend's collective (keras_integration.collective) `rank` defaults to this process's, and a process > 0
+    writes its summary beside the summary path (leaks.json -> leaks.rank1.json, ranks.rank_path), no plot.
+    In one the environment says has several processes but with no collective, on_limit="stop" acts as
+    "warn" within fits too: a process that left its fit alone would leave the others waiting for it in
+    their next collective. Across calls "stop" always acts as "warn": a callback cannot end the user's loop
+    of calls. Either is said in the notes when the user asked for "stop"."""
+    options, notes = dict(options), []
+    shared = keras_integration.collective()
+    if shared is not None:
+        options.setdefault("rank", shared[0])
+        if options["rank"] > 0:
+            path = options.get("summary_path")
+            options.update(summary_path=ranks.rank_path(path, options["rank"]) if path is not None else None,
+                           plot_path=None)
+    if options.get("on_limit") != "stop":
+        return options, None, notes
+    launched = keras_integration.launched_processes() if shared is None else None
+    if launched:
+        backend = keras_integration.backend()
+        start = {"jax": "jax.distributed.initialize()", "torch": "torch.distributed.init_process_group()"}.get(backend)
+        fix = (f"call {start} before making the callback" if start else
+               f"leakdoctor has no collective for Keras's {backend} backend (jax and torch only)")
+        options.update(on_limit="warn", checkpoint=None)
+        notes.append(f"on_limit='stop' acts as 'warn', within fits as across calls: {launched} says this process is "
+                     f"one of several, but no collective is initialized for them to agree on a batch to stop at, and a "
+                     f"process that stopped alone would leave the others waiting in their next collective; {fix}")
+    else:
+        notes.append("on_limit='stop' stops a fit (model.stop_training) but acts as 'warn' across calls: a callback "
+                     "cannot end your loop of fit/evaluate/predict calls; to act on a leak across calls, pass on_limit "
+                     "a function (it is given the summary) and end the loop there")
+    return options, shared[1] if shared is not None else None, notes
+
+
 def fit_line(label: str, batches: Summary) -> str:
     """The one line printed at the end of a fit: its batches and what they showed (the summary itself
     is printed once, at the end of the run)."""
     found = "; ".join(f"{f.cause} on {f.metric} ({f.state})" for f in batches.findings) or "nothing found"
     return f"leakdoctor: {label}: {_count(batches.steps, 'training batch')}, {batches.verdict}: {found}"
+
+
+def on_calls(by: dict[str, Any], call: int, label: str) -> dict[str, Any]:
+    """A fit's `stopped_by` on the clock of calls, as its `stopped`: the call, and the batch the process asked
+    at (None where this process does not know it: another asked)."""
+    asked = by.get("step") is not None
+    return {**by, "step": call if asked else None, "batch": by.get("step"),
+            "reason": f"{label}: {by['reason']}" if by.get("reason") else by.get("reason")}
 
 
 def per_call(finding: Finding, call: int, batches: int, label: str) -> Finding:

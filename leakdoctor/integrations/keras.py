@@ -18,11 +18,16 @@ Retracing: on the JAX backend `fit`, `evaluate` and `predict` compile their step
 input shape (jax.jit), and keep each executable. `predict` called in a loop on inputs of changing size
 compiles on every call; the rule names the call and the shapes, with Keras's advice (fixed shapes).
 TensorFlow's tf.function retracing (reduce_retracing=True in Keras) is not diagnosed here.
+
+Multi-process runs: the collective the backend offers for the processes to agree on a stop (`collective`:
+jax.distributed's, torch.distributed's), and whether the environment says there are several processes
+when there is none (`launched_processes`).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 import sys
 import weakref
@@ -59,6 +64,47 @@ def require() -> Any:
 def backend() -> str:
     """The Keras backend in use: "jax", "torch", "tensorflow" or "numpy"."""
     return str(require().config.backend())
+
+
+# --- multi-process runs ---------------------------------------------------------------------------
+
+#: What launchers set in every process of a multi-process run: how many there are (torchrun, Lightning
+#: and Ray Train set WORLD_SIZE; keras.distribution.initialize reads KERAS_DISTRIBUTION_NUM_PROCESSES).
+PROCESS_COUNT_VARIABLES = ("WORLD_SIZE", "KERAS_DISTRIBUTION_NUM_PROCESSES")
+
+
+def collective() -> tuple[int, Callable[[list[int]], list[int]]] | None:
+    """In a multi-process run of Keras's backend: this process's rank, and how the processes agree on a
+    stop (stopping.Agree, the element-wise maximum of a few integers over the processes): on jax, with
+    jax.distributed initialized and more than one process, a process_allgather; on torch, with
+    torch.distributed initialized and more than one rank, an all_reduce. None otherwise (one process, or
+    processes with no collective initialized: see launched_processes)."""
+    name = backend()
+    if name == "jax":
+        import jax
+
+        from leakdoctor.integrations import jax as jax_integration
+
+        # is_initialized first: jax.process_count() before jax.distributed.initialize would start the
+        # backend, and the user's initialize would then fail
+        if getattr(jax.distributed, "is_initialized", lambda: True)() and jax_integration.process_count() > 1:
+            return int(jax.process_index()), jax_integration.process_maximum
+    elif name == "torch":
+        from leakdoctor.integrations import torch as torch_integration
+
+        rank = torch_integration.distributed_rank()
+        if rank is not None and torch_integration.world_size() > 1:
+            return rank, torch_integration.rank_maximum
+    return None
+
+
+def launched_processes() -> str | None:
+    """The launcher's variable that says this process is one of several ("WORLD_SIZE=2"), else None."""
+    for name in PROCESS_COUNT_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit() and int(value) > 1:
+            return f"{name}={value}"
+    return None
 
 
 # --- the calls: which models, from where ------------------------------------------------------------
@@ -363,5 +409,5 @@ def integration(calls: Calls) -> Integration:
                        targets={"keras_calls": calls})
 
 
-__all__ = ["Calls", "NewModels", "backend", "backend_integrations", "caller_site", "integration", "require",
-           "tensorflow_gpu_probe", "user_site"]
+__all__ = ["Calls", "NewModels", "backend", "backend_integrations", "caller_site", "collective", "integration",
+           "launched_processes", "require", "tensorflow_gpu_probe", "user_site"]
