@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import threading
 
-from leakdoctor.guard import Guard
+import pytest
+
+from leakdoctor.guard import Guard, LeakDoctorWarning
 from leakdoctor.settings import Settings
 from leakdoctor.stopping import FARTHEST, SharedLimitWatch
 
@@ -63,7 +65,8 @@ def test_every_rank_stops_at_the_agreement_after_one_asked_and_knows_which():
     ranks = watches()
     settle_both(ranks, EVERY, 1e-3)
     ranks[1].asked = {"rank": 1, "step": EVERY + 2, "reason": "rss_bytes is projected to reach the limit"}
-    settle_both(ranks, 2 * EVERY, 1e-3)
+    with pytest.warns(LeakDoctorWarning):  # each rank says it stops, and why
+        settle_both(ranks, 2 * EVERY, 1e-3)
     assert all(w.should_stop for w in ranks)
     assert [w.stopped["step"] for w in ranks] == [2 * EVERY] * 2
     assert [w.stopped_by["rank"] for w in ranks] == [1, 1]
