@@ -2,7 +2,7 @@
 
 Two gloo ranks on CPU run a DDP loop (a small linear model: DDP's gradient all_reduce keeps them in
 lockstep) with the torch LeakDoctor at its defaults and on_limit="stop". Under torch.distributed the ranks
-agree at steps every rank knows whether one asked to stop: one all_reduce of two integers, the first after
+agree at steps every rank knows whether one asked to stop: one all_reduce of three integers, the first after
 `window` (6) steps, each setting the steps to the next (what keeps the agreements within the doctor's
 overhead share, between 1 and 8 windows).
 
@@ -84,10 +84,10 @@ def run_rank(rank: int, port: int, folder: str, leak: bool) -> dict[str, Any]:
 
 
 def bare_all_reduce(torch: Any, dist: Any, n: int = 200) -> float:
-    """The median time of one all_reduce (MAX) of two int64, as the agreement sends, with nothing else."""
+    """The median time of one all_reduce (MAX) of three int64, as the agreement sends, with nothing else."""
     times = []
     for _ in range(n):
-        flag = torch.zeros(2, dtype=torch.int64)
+        flag = torch.zeros(3, dtype=torch.int64)
         start = time.perf_counter()
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         times.append(time.perf_counter() - start)
@@ -128,13 +128,13 @@ def main() -> None:
 
 `benchmarks/bench_distributed.py`, {machine()}. Two gloo ranks on CPU, a DDP loop of a small linear model,
 the torch `LeakDoctor` at its defaults with `on_limit="stop"`: the ranks agree at steps every rank knows, one
-all_reduce of two integers, the first after `window` (6) steps, each setting the steps to the next (what keeps
+all_reduce of three integers, the first after `window` (6) steps, each setting the steps to the next (what keeps
 the agreements within the doctor's `overhead` share, 0.5%, between 1 and 8 windows). {RUNS} runs of each.
 
 ### What the agreement costs (a clean run, no limit in reach)
 
 Per agreement: the summary's `stop_agreement_seconds / stop_agreements` on rank 0; the floor: a bare
-all_reduce of two int64 in the same processes, before the loop (median of 200). Share: the agreements' time
+all_reduce of three int64 in the same processes, before the loop (median of 200). Share: the agreements' time
 over the loop's wall time.
 
 | run | steps | step time | agreements | steps apart (mean) | per agreement | bare all_reduce | share of run |

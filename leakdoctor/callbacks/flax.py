@@ -26,7 +26,7 @@ In a multi-process JAX run (jax.distributed.initialize, jax.process_count() > 1)
 itself: `rank` defaults to jax.process_index(), and a process > 0 writes its summary beside the summary
 path (leaks.json -> leaks.rank1.json, ranks.rank_path), no plot; nothing is gathered: each process's file
 holds its own findings. on_limit="stop" stops every process together, at the same step: at agreement
-steps (as under torch.distributed, see stopping.py) one process_allgather of two integers says whether any
+steps (as under torch.distributed, see stopping.py) one process_allgather of three integers says whether any
 process asked. `checkpoint=` is called on every process (JAX's checkpointing, orbax, is itself a
 collective). Every process must call step() once a step.
 """

@@ -20,7 +20,7 @@ the callback saves a checkpoint (`trainer.save_checkpoint`) into the ModelCheckp
 `Trainer.fit(ckpt_path=...)`. Under DDP (any strategy with several ranks) the ranks stop together, as
 Lightning's EarlyStopping does: a rank whose leak is near the limit asks, and at agreement steps (the same
 batches on every rank: the first after `window`, each setting the next, see stopping.py) one collective of
-the strategy (`trainer.strategy.reduce`, a max over two integers) says whether any rank asked; if one did, every rank saves (`trainer.save_checkpoint` is a collective; `checkpoint=` is called on
+the strategy (`trainer.strategy.reduce`, a max over three integers) says whether any rank asked; if one did, every rank saves (`trainer.save_checkpoint` is a collective; `checkpoint=` is called on
 rank 0 alone) and sets `trainer.should_stop` at that step. Rank 0's summary says in `stopped_by` which
 rank asked, at which step and why.
 

@@ -21,7 +21,7 @@ exit can wait forever for a rank that has gone or waits for this one; its summar
 Under torch.distributed, on_limit="stop" stops every rank together, at the same step: a rank that left
 the loop alone would leave the others waiting for it in their next collective. A rank whose leak is near
 the limit asks; at agreement steps (the same on every rank: the first after `window` steps, each agreement
-setting the steps to the next, see stopping.py) one all_reduce of two integers says whether any rank
+setting the steps to the next, see stopping.py) one all_reduce of three integers says whether any rank
 asked, and then `should_stop` is True on
 every rank at that step. Rank 0 alone calls `checkpoint=` (one checkpoint). The summary's `stopped_by`
 says which rank asked, at which step and why; the all_reduces' time is in its overhead. Every rank must
