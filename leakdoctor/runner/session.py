@@ -157,7 +157,7 @@ class Session:
 
 def process_rank() -> int:
     """This process's rank in a distributed run: torch.distributed's when the script initialized it (and
-    has not destroyed it yet), else the RANK that torchrun sets; 0 outside one."""
+    has not destroyed it yet), else the RANK that torchrun sets (with a WORLD_SIZE above 1); 0 outside one."""
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
@@ -165,9 +165,10 @@ def process_rank() -> int:
     except Exception:  # noqa: BLE001 - a broken torch.distributed: torchrun's RANK still says
         pass
     try:
-        return max(0, int(os.environ.get("RANK", "0")))
+        world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     except ValueError:
         return 0
+    return rank if world > 1 and 0 <= rank < world else 0
 
 
 def framework_imported(kind: str | None = None) -> str:
