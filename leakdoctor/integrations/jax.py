@@ -247,7 +247,8 @@ def parse_cache_miss(message: str) -> CacheMiss | None:
             " (the same code is re-defined repeatedly)" if "re-defined repeatedly" in message else "")
     else:
         reason = message.split("closest previous key:", 1)[-1].strip()
-        reason = " ".join(reason.split())[:400]
+        # the metadata jax prints after the changed argument is the whole static pytree (reprs of functions)
+        reason = " ".join(reason.split(" with pytree metadata", 1)[0].split())[:400]
     return CacheMiss(function, _short_location(where) if where else None, reason)
 
 
