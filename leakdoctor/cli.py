@@ -59,7 +59,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from leakdoctor.loading import clean, load
+    from leakdoctor.reporting.loading import clean, load
 
     try:
         summary = load(args.summary)

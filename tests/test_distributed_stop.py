@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from leakdoctor.stopping import FARTHEST
+from leakdoctor.lifecycle.stopping import FARTHEST
 
 MIB = 2**20
 HEADROOM = 300 * MIB

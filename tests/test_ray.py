@@ -24,7 +24,7 @@ pytest.importorskip("torch", reason="the Ray Train test needs torch")
 
 import psutil  # noqa: E402 - after the skips
 
-from leakdoctor.stopping import FARTHEST  # noqa: E402
+from leakdoctor.lifecycle.stopping import FARTHEST  # noqa: E402
 
 MIB = 2**20
 HEADROOM = 300 * MIB

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from helpers import isolated, says
 
-from leakdoctor import LeakDoctor, LeakDoctorWarning, detect
+from leakdoctor import LeakDoctor, LeakDoctorWarning
 from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec
+from leakdoctor.judging import detect
 
 pytest_plugins = ["pytester"]
 
@@ -145,7 +146,7 @@ def summary_polls(polls: int, steps_between: int) -> dict:
     seen, and how many of the longest history's points the summary's whole-run fits read."""
     import psutil
 
-    from leakdoctor import report
+    from leakdoctor.reporting import report
 
     process = psutil.Process()
     doctor = LeakDoctor(overhead=1.0, verbose=False)

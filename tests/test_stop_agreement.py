@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import threading
 
-from leakdoctor.guard import Guard
+from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.lifecycle.stopping import FARTHEST, SharedLimitWatch
 from leakdoctor.settings import Settings
-from leakdoctor.stopping import FARTHEST, SharedLimitWatch
 
 EVERY = 6
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 if TYPE_CHECKING:
-    from leakdoctor.diagnosis import Evidence
-    from leakdoctor.summary import Finding
+    from leakdoctor.judging.diagnosis import Evidence
+    from leakdoctor.reporting.summary import Finding
 
 UNITS = ("bytes", "count", "seconds")
 

@@ -15,14 +15,14 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from leakdoctor.detect import is_material
-from leakdoctor.diagnosis import Evidence
-from leakdoctor.gauges import TIMEOUT, Gauges
-from leakdoctor.guard import Guard
 from leakdoctor.integrations import Cleanup, Integration, MetricSpec, Rule
 from leakdoctor.integrations.source import (class_region, code_location, is_engine, is_user_file, short_path,
                                             storing_line, storing_near)
-from leakdoctor.summary import Finding, format_value
+from leakdoctor.judging.detect import is_material
+from leakdoctor.judging.diagnosis import Evidence
+from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.reading.gauges import TIMEOUT, Gauges
+from leakdoctor.reporting.summary import Finding, format_value
 
 CONTAINERS = (list, dict, set, frozenset, tuple, deque)
 #: A count whose items hold too little to matter is still a leak when the step's CPU time rose by this
@@ -39,7 +39,7 @@ def type_name(t: type) -> str:
 class Watchlist:
     """User gauges (`doctor.watch`) and objects whose container attributes are counted
     (`doctor.watch_object`). The containers are this probe; the gauges are `gauges`, a probe of their
-    own that paces and times each (leakdoctor/gauges.py); the names of both are answered for here."""
+    own that paces and times each (leakdoctor/reading/gauges.py); the names of both are answered for here."""
 
     name = "watchlist"
     every = 1

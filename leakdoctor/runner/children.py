@@ -23,7 +23,7 @@ import sys
 import tempfile
 from typing import Any
 
-from leakdoctor.summary import Summary
+from leakdoctor.reporting.summary import Summary
 
 #: The run in progress in this process (inherited by its forked children), if any.
 _current: "Family | None" = None
@@ -57,7 +57,7 @@ class Family:
     def collect(self) -> list[tuple[int, Summary]]:
         """(process id, summary) of every child that wrote one, in process-id order; an unreadable file is
         skipped with a line on stderr."""
-        from leakdoctor.loading import load
+        from leakdoctor.reporting.loading import load
 
         found = []
         try:

@@ -130,7 +130,7 @@ class Session:
         """The summary of a run in which no step was seen: written, plotted and printed as the run's options
         ask (unless `emit` is False)."""
         from leakdoctor import __version__
-        from leakdoctor.summary import Summary
+        from leakdoctor.reporting.summary import Summary
 
         summary = Summary(framework=framework_imported(self.kind), steps=0, series={}, findings=[],
                           version=__version__, unwatched={"reason": reason, "fix": FIX})

@@ -1,5 +1,5 @@
 """The end-of-run report: findings, series, verdict; rendered as JSON (schema leakdoctor.summary/1),
-as a text table, and (with the [plot] extra) as a PNG via `leakdoctor.plot`."""
+as a text table, and (with the [plot] extra) as a PNG via `leakdoctor.reporting.plot`."""
 
 from __future__ import annotations
 
@@ -258,9 +258,9 @@ class Summary:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "Summary":
-        """Read a summary file, checked and with strings safe to print (leakdoctor.loading); a ValueError
+        """Read a summary file, checked and with strings safe to print (leakdoctor.reporting.loading); a ValueError
         (SummaryFileError) with a one-line message if it is not one."""
-        from leakdoctor.loading import load
+        from leakdoctor.reporting.loading import load
 
         return load(path)
 
@@ -273,7 +273,7 @@ class Summary:
         return render_text(self)
 
     def plot(self, path: str | os.PathLike[str]) -> None:
-        from leakdoctor.plot import plot_summary
+        from leakdoctor.reporting.plot import plot_summary
 
         plot_summary(self, path)
 

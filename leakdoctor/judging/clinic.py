@@ -16,16 +16,18 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from leakdoctor import oom, remedies, report
-from leakdoctor.detect import SCALES, Trend, is_material
-from leakdoctor.diagnosis import diagnose, unexplained_notes
-from leakdoctor.guard import Guard
+from leakdoctor import remedies
 from leakdoctor.integrations import Cleanup, Forensic, MetricSpec, Rule
-from leakdoctor.investigate import Investigation
-from leakdoctor.monitor import Monitor
+from leakdoctor.judging.detect import SCALES, Trend, is_material
+from leakdoctor.judging.diagnosis import diagnose, unexplained_notes
+from leakdoctor.judging.investigate import Investigation
+from leakdoctor.lifecycle import oom
+from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.reading.monitor import Monitor
 from leakdoctor.remedies.base import Remedy, RemedyContext
+from leakdoctor.reporting import report
+from leakdoctor.reporting.summary import Finding, RemedyOutcome, format_value
 from leakdoctor.settings import Settings
-from leakdoctor.summary import Finding, RemedyOutcome, format_value
 
 #: Investigations (tracemalloc, gc and tensor censuses, cleanup ladders) may take this share of the run's
 #: time; the first one is always allowed, so a leak is named however short the run, and so is the first

@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from leakdoctor.detect import SCALES, classify, is_material, steps_to_limit, theil_sen, window_minima
-from leakdoctor.monitor import RISING, Monitor
+from leakdoctor.judging.detect import SCALES, classify, is_material, steps_to_limit, theil_sen, window_minima
+from leakdoctor.reading.monitor import RISING, Monitor
+from leakdoctor.reporting.summary import Finding, SeriesSummary, format_value
 from leakdoctor.settings import Settings
-from leakdoctor.summary import Finding, SeriesSummary, format_value
 
 if TYPE_CHECKING:  # the clinic imports this module
-    from leakdoctor.clinic import Clinic
-    from leakdoctor.sampling import Sampler
+    from leakdoctor.judging.clinic import Clinic
+    from leakdoctor.reading.sampling import Sampler
 
 
 #: The summary's whole-run fits use at most this many points of a history (up to 1024): Theil–Sen and

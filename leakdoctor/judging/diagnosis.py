@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from leakdoctor.detect import Trend
-from leakdoctor.guard import Guard
 from leakdoctor.integrations import MetricSpec, Rule
-from leakdoctor.summary import Finding, format_value
+from leakdoctor.judging.detect import Trend
+from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.reporting.summary import Finding, format_value
 
 #: What the cleanup ladder reads besides the series (process.RssProbe.read_now): what backs resident
 #: memory, malloc's bytes in use and the mapped address space.
