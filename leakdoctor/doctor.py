@@ -1,11 +1,12 @@
 """The engine's front: the public LeakDoctor, which wires the parts together and runs them in order.
 
-A step that is not sampled costs a countdown. A sampled step goes to the sampler (sampling.py: read the
-due probes, record, pace); when a window closed or the clinic has work open, the clinic takes over
-(clinic.py: investigate, diagnose, treat, verify); the limit watch (stopping.py) looks at what the clinic
-found. The summary is built by report.py, and written while the run goes by heartbeat.py (so that a
-SIGKILL leaves it on disk). Data flows one way: probes → series → detector → investigation
-→ diagnosis → remedy → verification → summary.
+A step that is not sampled costs a countdown. A sampled step goes to the sampler (reading/sampling.py:
+read the due probes, record, pace); when a window closed or the clinic has work open, the clinic takes over
+(judging/clinic.py: investigate, diagnose, treat, verify); the limit watch (lifecycle/stopping.py) looks at
+what the clinic found. The summary is built by reporting/report.py, and written while the run goes by
+lifecycle/heartbeat.py (so that a SIGKILL leaves it on disk). Data flows one way: probes → series →
+detector → investigation → diagnosis → remedy → verification → summary (reading/, then judging/, then
+reporting/; lifecycle/ watches the run throughout).
 """
 
 from __future__ import annotations

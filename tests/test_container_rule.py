@@ -10,7 +10,7 @@ from helpers import phrase, says
 from leakdoctor.integrations import MetricSpec
 from leakdoctor.integrations.python import Watchlist, container_rule
 from leakdoctor.judging.detect import Trend
-from leakdoctor.judging.diagnosis import Evidence, Ladder
+from leakdoctor.judging.evidence import Evidence, Ladder
 from leakdoctor.lifecycle.guard import Guard
 
 MIB = 2**20

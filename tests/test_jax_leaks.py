@@ -27,7 +27,7 @@ from leakdoctor.examples.old_radam import old_radam
 from leakdoctor.integrations import MetricSpec
 from leakdoctor.integrations.jax import compile_cache
 from leakdoctor.judging.detect import Trend, theil_sen
-from leakdoctor.judging.diagnosis import Evidence, Ladder
+from leakdoctor.judging.evidence import Evidence, Ladder
 
 HERE = Path(__file__)
 #: The old RAdam's source: findings about its lax.cond point there.

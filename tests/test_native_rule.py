@@ -18,7 +18,8 @@ from helpers import isolated, says
 from leakdoctor.integrations import Cleanup, MetricSpec
 from leakdoctor.integrations.process import RssProbe, malloc_in_use, malloc_trim
 from leakdoctor.judging.detect import Trend
-from leakdoctor.judging.diagnosis import HEAP, MAPPED, Evidence, Ladder, fallback
+from leakdoctor.judging.diagnosis import fallback
+from leakdoctor.judging.evidence import HEAP, MAPPED, Evidence, Ladder
 from leakdoctor.judging.investigate import run_ladder
 from leakdoctor.lifecycle.guard import Guard
 

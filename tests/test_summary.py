@@ -14,7 +14,8 @@ from helpers import counts, says
 
 from leakdoctor import Finding, Summary
 from leakdoctor.cli import main
-from leakdoctor.reporting.summary import SCHEMA, RemedyOutcome, SeriesSummary
+from leakdoctor.reporting.schema import SCHEMA
+from leakdoctor.reporting.summary import RemedyOutcome, SeriesSummary
 
 
 def sample_summary(verdict_effective: bool | None = True) -> Summary:

@@ -17,8 +17,8 @@ from typing import Callable, Mapping
 
 import psutil
 
-from leakdoctor.integrations import Cleanup, Integration, MetricSpec, Rule
-from leakdoctor.judging.diagnosis import HEAP, MAPPED, Evidence
+from leakdoctor.integrations import Cleanup, Integration, MetricSpec
+from leakdoctor.judging.evidence import HEAP, MAPPED, Evidence, Rule
 from leakdoctor.lifecycle import limits
 from leakdoctor.reporting.summary import Finding, format_value
 

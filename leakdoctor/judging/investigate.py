@@ -13,7 +13,7 @@ from typing import Callable, Mapping, Sequence
 
 from leakdoctor.integrations import Cleanup, Forensic, MetricSpec
 from leakdoctor.judging.detect import Trend
-from leakdoctor.judging.diagnosis import Evidence, Ladder
+from leakdoctor.judging.evidence import Evidence, Ladder
 from leakdoctor.lifecycle.guard import Guard
 
 
