@@ -29,7 +29,7 @@ from leakdoctor.callbacks.mlx import LeakDoctor  # noqa: E402
 from leakdoctor.integrations.mlx import CACHE  # noqa: E402
 from leakdoctor.remedies.base import RemedyContext  # noqa: E402
 from leakdoctor.remedies.cap_cache import CapCache  # noqa: E402
-from leakdoctor.summary import Finding  # noqa: E402
+from leakdoctor.reporting.summary import Finding  # noqa: E402
 
 PAIRS = 5
 RAISED = 2**30

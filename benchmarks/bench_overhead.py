@@ -155,7 +155,7 @@ def floor() -> dict[str, Any]:
 
     from leakdoctor.integrations import MetricSpec
     from leakdoctor.integrations.process import RssReader
-    from leakdoctor.series import Series
+    from leakdoctor.reading.series import Series
 
     doctor = doctor_for("python", overhead=1.0)
     fd = os.open("/proc/self/statm", os.O_RDONLY)

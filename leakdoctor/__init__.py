@@ -19,8 +19,8 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_EXPORTS = {"LeakDoctor": "leakdoctor.doctor", "LeakDoctorWarning": "leakdoctor.guard",
-            "Finding": "leakdoctor.summary", "Summary": "leakdoctor.summary",
+_EXPORTS = {"LeakDoctor": "leakdoctor.doctor", "LeakDoctorWarning": "leakdoctor.lifecycle.guard",
+            "Finding": "leakdoctor.reporting.summary", "Summary": "leakdoctor.reporting.summary",
             "UnknownOptionError": "leakdoctor.settings"}
 __all__ = ["LeakDoctor", "LeakDoctorWarning", "Finding", "Summary", "UnknownOptionError", "__version__"]
 

@@ -59,10 +59,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from leakdoctor.loading import clean, load
+    from leakdoctor.reporting.loading import clean
+    from leakdoctor.reporting.summary import Summary
 
     try:
-        summary = load(args.summary)
+        summary = Summary.load(args.summary)
         text = summary.text()
     except Exception as err:  # noqa: BLE001 - whatever the file holds, the answer is one line and exit 2
         print(clean(f"leakdoctor report: cannot read {args.summary}: {err}"), file=sys.stderr)

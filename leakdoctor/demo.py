@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from leakdoctor.summary import Summary
+from leakdoctor.reporting.summary import Summary
 
 #: name -> (what it shows, the framework it needs); `demo` runs the first one that is installed.
 CASES: dict[str, tuple[str, str]] = {

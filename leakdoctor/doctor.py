@@ -1,11 +1,12 @@
 """The engine's front: the public LeakDoctor, which wires the parts together and runs them in order.
 
-A step that is not sampled costs a countdown. A sampled step goes to the sampler (sampling.py: read the
-due probes, record, pace); when a window closed or the clinic has work open, the clinic takes over
-(clinic.py: investigate, diagnose, treat, verify); the limit watch (stopping.py) looks at what the clinic
-found. The summary is built by report.py, and written while the run goes by heartbeat.py (so that a
-SIGKILL leaves it on disk). Data flows one way: probes → series → detector → investigation
-→ diagnosis → remedy → verification → summary.
+A step that is not sampled costs a countdown. A sampled step goes to the sampler (reading/sampling.py:
+read the due probes, record, pace); when a window closed or the clinic has work open, the clinic takes over
+(judging/clinic.py: investigate, diagnose, treat, verify); the limit watch (lifecycle/stopping.py) looks at
+what the clinic found. The summary is built by reporting/report.py, and written while the run goes by
+lifecycle/heartbeat.py (so that a SIGKILL leaves it on disk). Data flows one way: probes → series →
+detector → investigation → diagnosis → remedy → verification → summary (reading/, then judging/, then
+reporting/; lifecycle/ watches the run throughout).
 """
 
 from __future__ import annotations
@@ -20,19 +21,21 @@ import weakref
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
-from leakdoctor import __version__, exporter, limits, oom, report, stopping, termination
-from leakdoctor.clinic import Clinic, Practice
-from leakdoctor.diagnosis import GENERIC_RULES
-from leakdoctor.guard import Guard
-from leakdoctor.heartbeat import Heartbeat
+from leakdoctor import __version__
 from leakdoctor.integrations import UNITS, Integration, MetricSpec, process, python
-from leakdoctor.monitor import Monitor
-from leakdoctor.probing import Probes
-from leakdoctor.remedies.base import Remedy
-from leakdoctor.sampling import STEP_CPU, STEP_TIME, Sampler
+from leakdoctor.judging.clinic import Clinic, Practice
+from leakdoctor.judging.diagnosis import GENERIC_RULES
+from leakdoctor.lifecycle import limits, oom, stopping, termination
+from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.lifecycle.heartbeat import Heartbeat
 from leakdoctor.options import refuse_unknown
+from leakdoctor.reading.monitor import Monitor
+from leakdoctor.reading.probing import Probes
+from leakdoctor.reading.sampling import STEP_CPU, STEP_TIME, Sampler
+from leakdoctor.remedies.base import Remedy
+from leakdoctor.reporting import exporter, report
+from leakdoctor.reporting.summary import Finding, Summary, verdict_of
 from leakdoctor.settings import DoctorOptions, Settings, documented
-from leakdoctor.summary import Finding, Summary, verdict_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -185,7 +188,7 @@ class LeakDoctor:
     def watch(self, name: str, gauge: Callable[[], float], unit: str = "count", timeout: float = 1.0) -> None:
         """Track a user gauge every step, e.g. `doctor.watch("nodes", lambda: len(graph.nodes))`. A gauge is
         paced by its measured cost, like a probe; one whose call takes more than `timeout` seconds (or
-        hangs) is switched off with a warning, and the loop goes on (leakdoctor/gauges.py)."""
+        hangs) is switched off with a warning, and the loop goes on (leakdoctor/reading/gauges.py)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"watch: name {name!r} must be a non-empty string")
         if self._probes.known(name) or self._watchlist.has(name):

@@ -46,8 +46,8 @@ from typing import Any, Callable
 
 import pytest
 
-from leakdoctor.guard import LeakDoctorWarning
-from leakdoctor.summary import Finding, Summary, format_value
+from leakdoctor.lifecycle.guard import LeakDoctorWarning
+from leakdoctor.reporting.summary import Finding, Summary, format_value
 
 DEFAULT_STEPS = 300
 #: A step may keep this many bytes on average (1.2 MB over 300 steps); a steady growth above it fails.
@@ -124,7 +124,7 @@ def check_for_leaks(step: Callable[[], object], steps: int = DEFAULT_STEPS,
     return summary
 
 
-#: The start of a LeakDoctorWarning about the memory limit (leakdoctor.stopping): under the check's horizon
+#: The start of a LeakDoctorWarning about the memory limit (leakdoctor.lifecycle.stopping): under the check's horizon
 #: any growth projects to the limit in millions of steps, which says nothing about the test.
 PROJECTION = " is projected to reach the memory limit "
 
@@ -133,7 +133,7 @@ def _say_again(heard: list[warnings.WarningMessage], failing: bool) -> None:
     """Pass on what was heard during the check: the step's own warnings always; of the doctor's, only a part
     switched off on a passing test (the check judged with less). A passing check is otherwise silent; a
     failing one says the rest in its summary (projection and switched-off parts included)."""
-    from leakdoctor.guard import warn
+    from leakdoctor.lifecycle.guard import warn
 
     for heard_one in heard:
         if not issubclass(heard_one.category, LeakDoctorWarning):
@@ -273,7 +273,7 @@ def steady_growth(values: list[float], max_bytes_per_step: float) -> tuple[float
     a cache that fills then stays is flat at the end."""
     import numpy as np
 
-    from leakdoctor.detect import theil_sen, window_minima
+    from leakdoctor.judging.detect import theil_sen, window_minima
 
     allowed = max(float(max_bytes_per_step), NOISE_BYTES_PER_STEP)
     n = len(values)

@@ -11,14 +11,14 @@ from typing import Callable, Sequence
 
 from helpers import says
 
-from leakdoctor.clinic import Clinic, Practice, Treatment
-from leakdoctor.detect import Trend
-from leakdoctor.guard import Guard
 from leakdoctor.integrations import Cleanup, MetricSpec
-from leakdoctor.monitor import Monitor
+from leakdoctor.judging.clinic import Clinic, Practice, Treatment
+from leakdoctor.judging.detect import Trend
+from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.reading.monitor import Monitor
 from leakdoctor.remedies.base import Remedy, RemedyContext
+from leakdoctor.reporting.summary import Finding, RemedyOutcome
 from leakdoctor.settings import Settings
-from leakdoctor.summary import Finding, RemedyOutcome
 
 MIB = 2**20
 SPECS = {name: MetricSpec(name, "bytes") for name in ("a", "b")}

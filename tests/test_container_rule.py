@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 from helpers import phrase, says
 
-from leakdoctor.detect import Trend
-from leakdoctor.diagnosis import Evidence, Ladder
-from leakdoctor.guard import Guard
 from leakdoctor.integrations import MetricSpec
 from leakdoctor.integrations.python import Watchlist, container_rule
+from leakdoctor.judging.detect import Trend
+from leakdoctor.judging.evidence import Evidence, Ladder
+from leakdoctor.lifecycle.guard import Guard
 
 MIB = 2**20
 STEPS = 8

@@ -14,7 +14,8 @@ import pytest
 from helpers import says
 
 from leakdoctor import LeakDoctor, LeakDoctorWarning
-from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec, Rule
+from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec
+from leakdoctor.judging.evidence import Rule
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

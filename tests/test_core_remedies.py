@@ -11,7 +11,7 @@ import pytest
 from leakdoctor.integrations import process
 from leakdoctor.remedies import load, resolve
 from leakdoctor.remedies.base import Periodic, RemedyContext
-from leakdoctor.summary import Finding
+from leakdoctor.reporting.summary import Finding
 
 
 def finding(cause: str, reclaimed_by: str | None, metric: str = "rss_bytes") -> Finding:

@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from leakdoctor.detect import (FLAT, GROWING, PLATEAU, assess, classify, is_material, mann_kendall, onset_index,
-                               slope_bound, steps_to_limit, theil_sen, window_minima)
 from leakdoctor.integrations import MetricSpec
-from leakdoctor.monitor import Monitor
+from leakdoctor.judging.detect import (FLAT, GROWING, PLATEAU, assess, classify, is_material, mann_kendall, onset_index,
+                                       slope_bound, steps_to_limit, theil_sen, window_minima)
+from leakdoctor.reading.monitor import Monitor
 from leakdoctor.settings import Settings
 
 

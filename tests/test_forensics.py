@@ -13,10 +13,10 @@ from typing import Any, Mapping
 
 import pytest
 
-from leakdoctor.guard import Guard
 from leakdoctor.integrations.pages import PAGE, ItemPages
 from leakdoctor.integrations.process import Throttled
-from leakdoctor.probing import Probes
+from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.reading.probing import Probes
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/pagemap is Linux's")
 
@@ -188,8 +188,8 @@ class Record:
 
 
 def test_the_type_census_counts_the_users_objects_and_not_leakdoctors_own():
-    from leakdoctor.detect import Trend
     from leakdoctor.integrations.python import TypeCensus
+    from leakdoctor.judging.detect import Trend
 
     census = TypeCensus()
     census.begin()
@@ -227,8 +227,8 @@ def _sites_of_a_window(fill) -> str | None:
     """container_location of Keeper.kept after a traced window in which `fill(keeper)` ran 5 times."""
     import tracemalloc
 
-    from leakdoctor.guard import Guard
     from leakdoctor.integrations.python import AllocationDiff, ContainerSites, Watchlist, container_location
+    from leakdoctor.lifecycle.guard import Guard
 
     keeper, watchlist = Keeper(), Watchlist(Guard())
     watchlist.add_object(keeper, "keeper", include_private=False)

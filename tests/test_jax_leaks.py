@@ -22,12 +22,12 @@ from flax.training import train_state
 from helpers import corpus_run, isolated, kept, phrase, says
 
 from leakdoctor.callbacks.flax import LeakDoctor
-from leakdoctor.detect import Trend, theil_sen
-from leakdoctor.diagnosis import Evidence, Ladder
 from leakdoctor.examples import old_radam as old_radam_module
 from leakdoctor.examples.old_radam import old_radam
 from leakdoctor.integrations import MetricSpec
 from leakdoctor.integrations.jax import compile_cache
+from leakdoctor.judging.detect import Trend, theil_sen
+from leakdoctor.judging.evidence import Evidence, Ladder
 
 HERE = Path(__file__)
 #: The old RAdam's source: findings about its lax.cond point there.

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from helpers import counts, isolated, kept, phrase, says
 
-from leakdoctor.detect import theil_sen
+from leakdoctor.judging.detect import theil_sen
 
 HERE = Path(__file__)
 BACKENDS = ("jax", "torch")

@@ -18,11 +18,11 @@ import pytest
 from helpers import isolated, kept, says
 
 from leakdoctor.callbacks.mlx import LeakDoctor
-from leakdoctor.detect import theil_sen
 from leakdoctor.integrations.mlx import CACHE
+from leakdoctor.judging.detect import theil_sen
 from leakdoctor.remedies.base import RemedyContext
 from leakdoctor.remedies.cap_cache import CapCache
-from leakdoctor.summary import Finding
+from leakdoctor.reporting.summary import Finding
 
 HERE = Path(__file__)
 WARMUP = 20

@@ -15,12 +15,13 @@ from typing import Callable
 import pytest
 from helpers import isolated, says
 
-from leakdoctor.detect import Trend
-from leakdoctor.diagnosis import HEAP, MAPPED, Evidence, Ladder, fallback
-from leakdoctor.guard import Guard
 from leakdoctor.integrations import Cleanup, MetricSpec
 from leakdoctor.integrations.process import RssProbe, malloc_in_use, malloc_trim
-from leakdoctor.investigate import run_ladder
+from leakdoctor.judging.detect import Trend
+from leakdoctor.judging.diagnosis import fallback
+from leakdoctor.judging.evidence import HEAP, MAPPED, Evidence, Ladder
+from leakdoctor.judging.investigate import run_ladder
+from leakdoctor.lifecycle.guard import Guard
 
 MIB = 2**20
 RSS = "rss_bytes"

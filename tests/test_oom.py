@@ -17,7 +17,7 @@ import pytest
 from helpers import counts, isolated, phrase, says
 
 from leakdoctor import LeakDoctor
-from leakdoctor.oom import is_oom
+from leakdoctor.lifecycle.oom import is_oom
 
 HERE = Path(__file__)
 MIB = 2**20
@@ -203,7 +203,7 @@ def test_no_oom_entry_without_an_oom(tmp_path):
 
 @pytest.mark.parametrize("kind", ["stopped", "oom"])
 def test_the_text_summary_says_how_the_run_ended_first(kind):
-    from leakdoctor.summary import Summary
+    from leakdoctor.reporting.summary import Summary
 
     entry = {"stopped": {"step": 140, "reason": "rss_bytes is projected to reach the memory limit",
                          "checkpoint": "a.ckpt"},

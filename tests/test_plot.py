@@ -10,10 +10,10 @@ import dataclasses
 import pytest
 
 from leakdoctor import Finding, LeakDoctor, Summary
-from leakdoctor.summary import RemedyOutcome, SeriesSummary
+from leakdoctor.reporting.summary import RemedyOutcome, SeriesSummary
 
 pytest.importorskip("matplotlib")
-from leakdoctor.plot import figure, shown  # noqa: E402
+from leakdoctor.reporting.plot import figure, shown  # noqa: E402
 
 MIB = 2**20
 

@@ -25,7 +25,7 @@ pytest.importorskip("torch", reason="the Ray Train test needs torch")
 import psutil  # noqa: E402 - after the skips
 from test_distributed_stop import MIB, WINDOW, leaky_ddp_loop  # noqa: E402
 
-from leakdoctor.stopping import FARTHEST  # noqa: E402
+from leakdoctor.lifecycle.stopping import FARTHEST  # noqa: E402
 
 MAX_STEPS = 2000
 TIMEOUT = 240  # seconds, for the whole test (pytest-timeout)

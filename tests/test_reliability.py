@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from helpers import isolated, says
 
-from leakdoctor import LeakDoctor, LeakDoctorWarning, detect
+from leakdoctor import LeakDoctor, LeakDoctorWarning
 from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec
+from leakdoctor.judging import detect
 
 pytest_plugins = ["pytester"]
 
@@ -145,7 +146,7 @@ def summary_polls(polls: int, steps_between: int) -> dict:
     seen, and how many of the longest history's points the summary's whole-run fits read."""
     import psutil
 
-    from leakdoctor import report
+    from leakdoctor.judging import stopped
 
     process = psutil.Process()
     doctor = LeakDoctor(overhead=1.0, verbose=False)
@@ -160,7 +161,7 @@ def summary_polls(polls: int, steps_between: int) -> dict:
             break
     steps, values = map(np.asarray, zip(*points))
     return {"rss": rss, "lengths": len(lengths), "points": len(points),
-            "fitted": len(report.thinned(steps, values)[1]), "most": report.FIT_POINTS}
+            "fitted": len(stopped.thinned(steps, values)[1]), "most": stopped.FIT_POINTS}
 
 
 def test_polling_the_summary_keeps_memory_flat_and_reads_a_bounded_history():

@@ -389,7 +389,8 @@ import signal
 import sys
 import time
 
-from leakdoctor import LeakDoctor, termination
+from leakdoctor import LeakDoctor
+from leakdoctor.lifecycle import termination
 
 doctor = LeakDoctor(verbose=False, summary_path=sys.argv[1])
 for _ in range(10):

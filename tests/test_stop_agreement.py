@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from leakdoctor.guard import Guard, LeakDoctorWarning
+from leakdoctor.lifecycle.guard import Guard, LeakDoctorWarning
+from leakdoctor.lifecycle.stopping import FARTHEST, SharedLimitWatch
 from leakdoctor.settings import Settings
-from leakdoctor.stopping import FARTHEST, SharedLimitWatch
 
 EVERY = 6
 

@@ -18,17 +18,17 @@ from helpers import counts, isolated, kept, phrase, says
 from torch import nn
 
 from leakdoctor.callbacks.torch import LeakDoctor
-from leakdoctor.detect import Trend
-from leakdoctor.diagnosis import Evidence, Ladder
 from leakdoctor.integrations import MetricSpec
+from leakdoctor.integrations.holders import Holder
 from leakdoctor.integrations.python import code_location
 from leakdoctor.integrations.torch import device_rule
-from leakdoctor.ranks import merge
-from leakdoctor.integrations.holders import Holder
+from leakdoctor.judging.detect import Trend
+from leakdoctor.judging.evidence import Evidence, Ladder
 from leakdoctor.remedies.base import RemedyContext
 from leakdoctor.remedies.detach_retained import DetachRetained, Packer, detached
 from leakdoctor.remedies.remove_hooks import drop_repeats
-from leakdoctor.summary import Finding, Summary
+from leakdoctor.reporting.ranks import merge
+from leakdoctor.reporting.summary import Finding, Summary
 
 
 #: The leak tests sample every step: they test what is found and remedied, not the pacing, and at the

@@ -27,7 +27,7 @@ from typing import Iterator
 import pytest
 from procs import SCRIPTS, env
 
-from leakdoctor.stopping import FARTHEST
+from leakdoctor.lifecycle.stopping import FARTHEST
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.timeout(150)

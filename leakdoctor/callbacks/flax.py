@@ -35,9 +35,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from leakdoctor import doctor, ranks, stopping
+from leakdoctor import doctor
 from leakdoctor.integrations import jax as jax_integration
 from leakdoctor.integrations.jax import OptimizerCall
+from leakdoctor.lifecycle import stopping
+from leakdoctor.reporting import ranks
 from leakdoctor.settings import DoctorOptions, documented
 
 if TYPE_CHECKING:

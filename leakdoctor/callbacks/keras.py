@@ -57,14 +57,16 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from leakdoctor import doctor, ranks, stopping, termination
+from leakdoctor import doctor
 from leakdoctor import options as doctor_options
-from leakdoctor.exporter import Publisher
-from leakdoctor.guard import Guard
 from leakdoctor.integrations import Integration
 from leakdoctor.integrations import keras as keras_integration
+from leakdoctor.lifecycle import stopping, termination
+from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.reporting import ranks
+from leakdoctor.reporting.exporter import Publisher
+from leakdoctor.reporting.summary import Finding, Summary, format_value
 from leakdoctor.settings import DoctorOptions, documented, reject_unknown
-from leakdoctor.summary import Finding, Summary, format_value
 
 #: Keras backends an extra of leakdoctor installs, with that extra.
 BACKEND_EXTRAS = {"jax": "keras-jax", "torch": "keras-torch"}

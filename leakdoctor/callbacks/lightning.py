@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING, Any, Callable
 from leakdoctor import options as doctor_options
 from leakdoctor.callbacks.torch import LeakDoctor
 from leakdoctor.doctor import STATE_SCHEMA
-from leakdoctor.guard import Guard
+from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.lifecycle.stopping import Agree
+from leakdoctor.reporting.summary import Finding, Summary
 from leakdoctor.settings import DoctorOptions, documented
-from leakdoctor.stopping import Agree
-from leakdoctor.summary import Finding, Summary
 
 _PACKAGES = ("lightning.pytorch", "pytorch_lightning")
 

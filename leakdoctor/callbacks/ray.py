@@ -55,7 +55,7 @@ import os
 import tempfile
 from typing import Any, Mapping
 
-from leakdoctor.summary import Summary
+from leakdoctor.reporting.summary import Summary
 
 #: The name of the summary in the checkpoint `report` attaches by default.
 SUMMARY_FILE = "leaks.json"

@@ -33,10 +33,12 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from leakdoctor import doctor, ranks, stopping
+from leakdoctor import doctor
 from leakdoctor.integrations import torch as torch_integration
+from leakdoctor.lifecycle import stopping
+from leakdoctor.reporting import ranks
+from leakdoctor.reporting.summary import Summary
 from leakdoctor.settings import DoctorOptions, documented
-from leakdoctor.summary import Summary
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -3,7 +3,8 @@
 An integration is plain data built by a factory function in one module per framework
 (`process.integration()`, `torch.integration(model)`, ...). The engine only reads it: probes feed the
 series, forensics run during an investigation, cleanups form the "clear it, does it still grow?" ladder,
-rules turn evidence into findings, and targets are the objects a remedy may act on.
+rules turn evidence into findings (a Rule, and the Evidence it reads, are judging/evidence.py's), and
+targets are the objects a remedy may act on.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 if TYPE_CHECKING:
-    from leakdoctor.diagnosis import Evidence
-    from leakdoctor.summary import Finding
+    from leakdoctor.judging.evidence import Rule
 
 UNITS = ("bytes", "count", "seconds")
 
@@ -104,15 +104,6 @@ class Cleanup:
     run: Callable[[], object]
     settle: bool = False
     in_ladder: bool = True
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A diagnosis rule: reads the evidence and the findings accepted so far, returns new findings.
-    Lower `priority` runs first; specific causes come before generic ones."""
-
-    priority: int
-    fn: Callable[["Evidence", "list[Finding]"], "list[Finding]"]
 
 
 @dataclass

@@ -11,11 +11,17 @@ import gc
 import inspect
 import sys
 import weakref
+from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from leakdoctor.integrations.python import CONTAINERS, AllocationGrowth
 from leakdoctor.integrations.source import frame_locals, is_user_file, short_path, storing_line
+
+if TYPE_CHECKING:  # a type only: python.py builds on this module
+    from leakdoctor.integrations.python import AllocationGrowth
+
+#: The containers looked into (and through) for what they hold.
+CONTAINERS = (list, dict, set, frozenset, tuple, deque)
 
 #: A file and its lines first to last: a class, a function, a module.
 Region = tuple[str, int, int]

@@ -34,11 +34,11 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from leakdoctor.diagnosis import Evidence
-from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec, Rule
+from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec
 from leakdoctor.integrations.holders import Holder, find_holders
 from leakdoctor.integrations.source import caller_frame, is_user_file, user_site
-from leakdoctor.summary import Finding, format_value
+from leakdoctor.judging.evidence import Evidence, Rule
+from leakdoctor.reporting.summary import Finding, format_value
 
 ALIVE = "keras_models_alive"
 SEEN = "keras_models_seen"

@@ -1,4 +1,4 @@
-"""Process-level knowledge: resident memory (against the memory limit that leakdoctor/limits.py finds)
+"""Process-level knowledge: resident memory (against the memory limit that leakdoctor/lifecycle/limits.py finds)
 and, for the cleanup ladder, what backs it (malloc's bytes in use, the mapped size); worker-process
 memory, glibc's malloc_trim, and the dataloader_workers diagnosis. psutil makes it portable; on Linux
 the RSS read takes a fast path (one pread of /proc/self/statm, 2 µs against psutil's 25 µs) because it
@@ -17,10 +17,10 @@ from typing import Callable, Mapping
 
 import psutil
 
-from leakdoctor import limits
-from leakdoctor.diagnosis import HEAP, MAPPED, Evidence
-from leakdoctor.integrations import Cleanup, Integration, MetricSpec, Rule
-from leakdoctor.summary import Finding, format_value
+from leakdoctor.integrations import Cleanup, Integration, MetricSpec
+from leakdoctor.judging.evidence import HEAP, MAPPED, Evidence, Rule
+from leakdoctor.lifecycle import limits
+from leakdoctor.reporting.summary import Finding, format_value
 
 
 #: Forked children so far in this process's line (bumped in each child): a reader opened before a fork

@@ -11,20 +11,20 @@ import numbers
 import sys
 import tracemalloc
 import weakref
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from leakdoctor.detect import is_material
-from leakdoctor.diagnosis import Evidence
-from leakdoctor.gauges import TIMEOUT, Gauges
-from leakdoctor.guard import Guard
-from leakdoctor.integrations import Cleanup, Integration, MetricSpec, Rule
+from leakdoctor.integrations import Cleanup, Integration, MetricSpec
+from leakdoctor.integrations.holders import CONTAINERS, Holder
 from leakdoctor.integrations.source import (class_region, code_location, is_engine, is_user_file, short_path,
                                             storing_line, storing_near)
-from leakdoctor.summary import Finding, format_value
+from leakdoctor.judging.detect import is_material
+from leakdoctor.judging.evidence import Evidence, Rule
+from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.reading.gauges import TIMEOUT, Gauges
+from leakdoctor.reporting.summary import Finding, format_value
 
-CONTAINERS = (list, dict, set, frozenset, tuple, deque)
 #: A count whose items hold too little to matter is still a leak when the step's CPU time rose by this
 #: share of itself while it grew: a step a fifth slower is felt over a run, machine drift is not as large.
 SLOWER = 0.2
@@ -39,7 +39,7 @@ def type_name(t: type) -> str:
 class Watchlist:
     """User gauges (`doctor.watch`) and objects whose container attributes are counted
     (`doctor.watch_object`). The containers are this probe; the gauges are `gauges`, a probe of their
-    own that paces and times each (leakdoctor/gauges.py); the names of both are answered for here."""
+    own that paces and times each (leakdoctor/reading/gauges.py); the names of both are answered for here."""
 
     name = "watchlist"
     every = 1
@@ -422,8 +422,6 @@ def _retained(ev: Evidence, watchlist: Watchlist, metric: str, location: str | N
               items: list[Any], stores: str, evidence: str) -> Finding:
     """A watched container whose new items are tensors holding their autograd graphs (no framework
     integration saw them first): retained_graph, with the container as the holder detach_retained acts on."""
-    from leakdoctor.integrations.holders import Holder  # holders builds on this module
-
     watched = watchlist.watched(metric)
     name = watched.name if watched else metric
     subject = []

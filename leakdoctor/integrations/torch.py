@@ -17,15 +17,15 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from leakdoctor.diagnosis import Evidence
-from leakdoctor.integrations import Cleanup, Integration, MetricSpec, Rule
+from leakdoctor.integrations import Cleanup, Integration, MetricSpec
+from leakdoctor.integrations.holders import CONTAINERS, live_instances, places
 from leakdoctor.integrations.pages import ItemPages
 from leakdoctor.integrations.process import Throttled
-from leakdoctor.integrations.python import CONTAINERS, step_time_note
+from leakdoctor.integrations.python import step_time_note
 from leakdoctor.integrations.source import caller_frame, code_location
-from leakdoctor.integrations.holders import live_instances, places
 from leakdoctor.integrations.torch_graphs import TensorCensus, retained_rule
-from leakdoctor.summary import Finding, format_value
+from leakdoctor.judging.evidence import Evidence, Rule
+from leakdoctor.reporting.summary import Finding, format_value
 
 HOOKS = "torch_hooks"
 #: Module attributes that hold hooks, and what to call their hooks.

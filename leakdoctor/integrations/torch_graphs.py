@@ -11,11 +11,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from leakdoctor.diagnosis import Evidence
-from leakdoctor.integrations import Rule
-from leakdoctor.integrations.holders import Holder, find_holders, live_instances
-from leakdoctor.integrations.python import CONTAINERS, new_items
-from leakdoctor.summary import Finding, format_value
+from leakdoctor.integrations.holders import CONTAINERS, Holder, find_holders, live_instances
+from leakdoctor.integrations.python import new_items
+from leakdoctor.judging.evidence import Evidence, Rule
+from leakdoctor.reporting.summary import Finding, format_value
 
 #: Most autograd nodes a census walks; a graph this large is reported as at least this large.
 GRAPH_LIMIT = 200_000

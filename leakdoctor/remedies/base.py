@@ -8,10 +8,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
-from leakdoctor.detect import Trend
 from leakdoctor.integrations import Cleanup
-from leakdoctor.pacing import Pacer
-from leakdoctor.summary import Finding
+from leakdoctor.judging.detect import Trend
+from leakdoctor.reading.pacing import Pacer
+from leakdoctor.reporting.summary import Finding
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from leakdoctor.integrations.mlx import CACHE, core
 from leakdoctor.remedies.base import Remedy, RemedyContext
-from leakdoctor.summary import format_value
+from leakdoctor.reporting.summary import format_value
 
 
 class CapCache(Remedy):

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from leakdoctor.integrations.process import malloc_trim
-from leakdoctor.summary import format_value
+from leakdoctor.reporting.summary import format_value
 
 
 def low_precision_init(fn: Callable[..., Any], *args: Any, dtype: Any) -> Any:

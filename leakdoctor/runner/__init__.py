@@ -24,7 +24,7 @@ import os
 import sys
 from typing import Any, Mapping, Sequence
 
-from leakdoctor import termination
+from leakdoctor.lifecycle import termination
 from leakdoctor.runner import children, frameworks, script, step_on
 from leakdoctor.runner.imports import PostImport
 from leakdoctor.runner.script import Outcome

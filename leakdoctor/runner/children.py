@@ -23,7 +23,7 @@ import sys
 import tempfile
 from typing import Any
 
-from leakdoctor.summary import Summary
+from leakdoctor.reporting.summary import Summary
 
 #: The run in progress in this process (inherited by its forked children), if any.
 _current: "Family | None" = None
@@ -57,8 +57,6 @@ class Family:
     def collect(self) -> list[tuple[int, Summary]]:
         """(process id, summary) of every child that wrote one, in process-id order; an unreadable file is
         skipped with a line on stderr."""
-        from leakdoctor.loading import load
-
         found = []
         try:
             names = sorted(os.listdir(self.folder))
@@ -69,7 +67,7 @@ class Family:
             if ext != ".json" or not stem.isdigit():
                 continue  # a temporary of a write in progress, or killed midway
             try:
-                found.append((int(stem), load(os.path.join(self.folder, name))))
+                found.append((int(stem), Summary.load(os.path.join(self.folder, name))))
             except Exception as err:  # noqa: BLE001 - one child's bad file must not lose the others
                 print(f"leakdoctor run: could not read the summary of child process {stem}: {err}", file=sys.stderr)
         return sorted(found, key=lambda item: item[0])

@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Any, Callable, Mapping
 
-from leakdoctor import ranks
+from leakdoctor.reporting import ranks
 
 STEPS = ("a torch optimizer step, a Lightning Trainer fit, a Keras fit/evaluate/predict, an MLX "
          "Optimizer.update, an optax update or a Flax TrainState.apply_gradients run eagerly, or a function "
@@ -146,7 +146,7 @@ class Session:
         """The summary of a run in which no step was seen: written, plotted and printed as the run's options
         ask (unless `emit` is False)."""
         from leakdoctor import __version__
-        from leakdoctor.summary import Summary
+        from leakdoctor.reporting.summary import Summary
 
         summary = Summary(framework=framework_imported(self.kind), steps=0, series={}, findings=[],
                           version=__version__, unwatched={"reason": reason, "fix": FIX}, rank=process_rank())

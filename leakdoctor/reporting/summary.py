@@ -1,5 +1,6 @@
-"""The end-of-run report: findings, series, verdict; rendered as JSON (schema leakdoctor.summary/1),
-as a text table, and (with the [plot] extra) as a PNG via `leakdoctor.plot`."""
+"""The end-of-run report: findings, series, verdict; rendered as JSON (schema leakdoctor.summary/1, whose
+names are schema.py's), as a text table, and (with the [plot] extra) as a PNG (plot.py). Read back from a
+file with Summary.load, which loading.py checks first."""
 
 from __future__ import annotations
 
@@ -14,28 +15,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-SCHEMA = "leakdoctor.summary/1"
-
-CAUSES: dict[str, str] = {
-    "lazy_graph": "a lazy computation graph chains across steps and is never evaluated",
-    "compile_cache": "a function is compiled or traced again every step",
-    "hook_accumulation": "hooks are registered repeatedly and never removed",
-    "retained_graph": "tensors that still hold their autograd graph are kept across steps",
-    "container_growth": "a list, dict or set keeps growing",
-    "python_objects": "Python objects accumulate",
-    "device_arrays": "arrays on the device accumulate",
-    "allocator_cache": "an allocator cache holds freed memory (not a leak)",
-    "dataloader_workers": "data-loading worker processes grow",
-    "native_memory": "native memory grows and nothing else explains it",
-}
-
-
-#: A finding's final state: a leak still growing; remedied (an effective remedy); minor (a proven cause too
-#: slow to matter over the horizon: listed, the verdict stays clean); benign (not a leak: an allocator
-#: cache); withdrawn (a live alert that the end of the run did not bear out, with its `reason`).
-STATES = ("leak", "remedied", "minor", "benign", "withdrawn")
-#: major: material over the horizon (the verdict is leak); minor: not.
-SEVERITIES = ("major", "minor")
+from leakdoctor.reporting.loading import read
+from leakdoctor.reporting.plot import plot_summary
+from leakdoctor.reporting.schema import CAUSES, SCHEMA, STATES
 
 
 @dataclass
@@ -258,11 +240,9 @@ class Summary:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "Summary":
-        """Read a summary file, checked and with strings safe to print (leakdoctor.loading); a ValueError
+        """Read a summary file, checked and with strings safe to print (loading.py); a ValueError
         (SummaryFileError) with a one-line message if it is not one."""
-        from leakdoctor.loading import load
-
-        return load(path)
+        return cls.from_dict(read(path))
 
     def write(self, path: str | os.PathLike[str]) -> None:
         """Write the JSON atomically: a reader never sees half a file. `written_at` is set to now."""
@@ -273,8 +253,7 @@ class Summary:
         return render_text(self)
 
     def plot(self, path: str | os.PathLike[str]) -> None:
-        from leakdoctor.plot import plot_summary
-
+        """Write the PNG of the run (needs matplotlib: the [plot] extra)."""
         plot_summary(self, path)
 
 

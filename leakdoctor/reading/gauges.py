@@ -27,9 +27,9 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from leakdoctor.guard import Guard
 from leakdoctor.integrations import MetricSpec
-from leakdoctor.probing import CHEAP_READ
+from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.reading.probing import CHEAP_READ
 
 #: Seconds a gauge's call may take by default; a gauge that takes longer is switched off.
 TIMEOUT = 1.0

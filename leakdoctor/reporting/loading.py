@@ -12,7 +12,7 @@ import os
 import re
 from typing import Any, Callable
 
-from leakdoctor.summary import CAUSES, SCHEMA, SEVERITIES, STATES, Summary
+from leakdoctor.reporting.schema import CAUSES, SCHEMA, SEVERITIES, STATES
 
 #: A summary is a few hundred kB (histories are bounded at 1024 points a series); a larger file is not one.
 MAX_BYTES = 64 * 2**20
@@ -34,8 +34,9 @@ def clean(text: str) -> str:
     return _CONTROLS.sub("", _BLANKS.sub(" ", _SEQUENCES.sub("", text)))
 
 
-def load(path: str | os.PathLike[str]) -> Summary:
-    """The summary in `path`, checked and with clean strings; SummaryFileError if it is none."""
+def read(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The summary in `path` as JSON data, checked and with clean strings (Summary.load makes it a
+    Summary); SummaryFileError if it is none."""
     with open(path, "rb") as fh:
         # a file's size is known before reading; a pipe or a device gives at most one byte too many
         raw = None if os.fstat(fh.fileno()).st_size > MAX_BYTES else fh.read(MAX_BYTES + 1)
@@ -51,7 +52,7 @@ def load(path: str | os.PathLike[str]) -> Summary:
     except RecursionError:
         raise SummaryFileError("nested too deeply to be a leakdoctor summary") from None
     check(data)
-    return Summary.from_dict(data)
+    return data
 
 
 def _cleaned(value: Any) -> Any:

@@ -16,16 +16,19 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from leakdoctor import oom, remedies, report
-from leakdoctor.detect import SCALES, Trend, is_material
-from leakdoctor.diagnosis import diagnose, unexplained_notes
-from leakdoctor.guard import Guard
-from leakdoctor.integrations import Cleanup, Forensic, MetricSpec, Rule
-from leakdoctor.investigate import Investigation
-from leakdoctor.monitor import Monitor
+from leakdoctor import remedies
+from leakdoctor.integrations import Cleanup, Forensic, MetricSpec
+from leakdoctor.judging.detect import SCALES, Trend, is_material
+from leakdoctor.judging.diagnosis import diagnose, unexplained_notes
+from leakdoctor.judging.evidence import Rule
+from leakdoctor.judging.investigate import Investigation
+from leakdoctor.judging.stopped import stopped
+from leakdoctor.lifecycle import oom
+from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.reading.monitor import Monitor
 from leakdoctor.remedies.base import Remedy, RemedyContext
+from leakdoctor.reporting.summary import Finding, RemedyOutcome, format_value
 from leakdoctor.settings import Settings
-from leakdoctor.summary import Finding, RemedyOutcome, format_value
 
 #: Investigations (tracemalloc, gc and tensor censuses, cleanup ladders) may take this share of the run's
 #: time; the first one is always allowed, so a leak is named however short the run, and so is the first
@@ -176,8 +179,8 @@ class Clinic:
 
     def _leaking(self) -> bool:
         """Does a leak found so far still grow? A benign finding is none, nor one whose growth stopped
-        (report.stopped: what the summary will note as no leak)."""
-        return any(not f.benign and not report.stopped(f, self.monitor, self.settings) for f in self.findings)
+        (stopped.py: what the summary will note as no leak)."""
+        return any(not f.benign and not stopped(f, self.monitor, self.settings) for f in self.findings)
 
     def _join(self, completed: Mapping[str, list[int]]) -> None:
         """Metrics that become suspect while an investigation is open join it. Each probe is read on a

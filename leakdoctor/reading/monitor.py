@@ -14,9 +14,9 @@ import dataclasses
 import math
 from typing import Callable, Iterable, Mapping, Sequence
 
-from leakdoctor.detect import SCALES, Trend, assess, is_material, onset, slope_bound, theil_sen
 from leakdoctor.integrations import MetricSpec
-from leakdoctor.series import Series
+from leakdoctor.judging.detect import SCALES, Trend, assess, is_material, onset, slope_bound, theil_sen
+from leakdoctor.reading.series import Series
 from leakdoctor.settings import Settings
 
 

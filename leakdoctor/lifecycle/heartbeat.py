@@ -23,14 +23,14 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from leakdoctor import oom
-from leakdoctor.summary import Summary, format_value
+from leakdoctor.lifecycle import oom
+from leakdoctor.reporting.summary import Summary, format_value
 
 if TYPE_CHECKING:
-    from leakdoctor.clinic import Clinic
-    from leakdoctor.guard import Guard
-    from leakdoctor.limits import Limit
-    from leakdoctor.monitor import Monitor
+    from leakdoctor.judging.clinic import Clinic
+    from leakdoctor.lifecycle.guard import Guard
+    from leakdoctor.lifecycle.limits import Limit
+    from leakdoctor.reading.monitor import Monitor
     from leakdoctor.settings import Settings
 
 #: The series the watermark reads: the process's resident memory, which the memory limit bounds.

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from leakdoctor.summary import Summary
+from leakdoctor.reporting.summary import Summary
 
 
 def rank_path(path: str | os.PathLike[str], rank: int) -> Path:

@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from leakdoctor.detect import theil_sen
-from leakdoctor.monitor import Monitor
-from leakdoctor.summary import Summary
+from leakdoctor.judging.detect import theil_sen
+from leakdoctor.reading.monitor import Monitor
+from leakdoctor.reporting.summary import Summary
 
 #: Exception classes (by name, anywhere in the class's MRO) that mean memory ran out: Python's and
 #: numpy's MemoryError, torch's OutOfMemoryError (CUDA, and torch.OutOfMemoryError), TensorFlow/Keras's

@@ -20,8 +20,8 @@ import math
 import time
 from typing import Callable, Mapping, Sequence
 
-from leakdoctor.guard import Guard
 from leakdoctor.integrations import MetricSpec, Probe
+from leakdoctor.lifecycle.guard import Guard
 
 #: Seconds a probe may cost per sample on average; a dearer probe is read every ceil(cost / CHEAP_READ)
 #: samples. A counter read costs 1-5 µs; walking hooks or live arrays costs tens to thousands.

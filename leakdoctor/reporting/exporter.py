@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 if TYPE_CHECKING:
-    from leakdoctor.guard import Guard
+    from leakdoctor.lifecycle.guard import Guard
+    from leakdoctor.reporting.summary import Finding
     from leakdoctor.settings import Settings
-    from leakdoctor.summary import Finding
 
 PREFIX = "leakdoctor_"
 #: The values of `leakdoctor_verdict{verdict}`: 1 for the current verdict, 0 for the others.

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping, Sequence
 
-from leakdoctor.detect import Trend
-from leakdoctor.diagnosis import Evidence, Ladder
-from leakdoctor.guard import Guard
 from leakdoctor.integrations import Cleanup, Forensic, MetricSpec
+from leakdoctor.judging.detect import Trend
+from leakdoctor.judging.evidence import Evidence, Ladder
+from leakdoctor.lifecycle.guard import Guard
 
 
 def run_ladder(cleanups: Sequence[Cleanup], read: Callable[[], Mapping[str, float]], guard: Guard,

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from leakdoctor.summary import Finding, SeriesSummary, Summary
+    from leakdoctor.reporting.summary import Finding, SeriesSummary, Summary
 
 #: Unit ladders: (size, suffix), largest first; a count has no suffix.
 UNITS: dict[str, tuple[tuple[float, str], ...]] = {

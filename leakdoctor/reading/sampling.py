@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import time
 
-from leakdoctor.monitor import Monitor
-from leakdoctor.pacing import Pacer
-from leakdoctor.probing import Probes
+from leakdoctor.reading.monitor import Monitor
+from leakdoctor.reading.pacing import Pacer
+from leakdoctor.reading.probing import Probes
 from leakdoctor.settings import Settings
 
 STEP_TIME = "step_seconds"

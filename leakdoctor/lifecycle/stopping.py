@@ -32,12 +32,12 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from leakdoctor import report
-from leakdoctor.detect import is_material
-from leakdoctor.guard import Guard, warn
-from leakdoctor.monitor import Monitor
+from leakdoctor.judging.detect import is_material
+from leakdoctor.lifecycle.guard import Guard, warn
+from leakdoctor.reading.monitor import Monitor
+from leakdoctor.reporting import report
+from leakdoctor.reporting.summary import Finding, format_value
 from leakdoctor.settings import Settings
-from leakdoctor.summary import Finding, format_value
 
 #: A warning is repeated when the steps left have fallen to this fraction of those last warned about.
 CLOSER = 0.25

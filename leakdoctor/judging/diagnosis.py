@@ -1,0 +1,79 @@
+"""From evidence to findings: the rule runner, and the generic rules that apply whatever the framework (an
+allocator cache, and the native_memory fallback). The Evidence they read, and what a Rule is, are in
+evidence.py, which the integrations' rules import too.
+
+Rules run in priority order; each sees the findings accepted before it, so a specific cause found by a
+framework rule is not reported again by a generic one.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from leakdoctor.judging.evidence import RSS, Evidence, Rule
+from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.reporting.summary import Finding
+
+
+def diagnose(evidence: Evidence, rules: Sequence[Rule], guard: Guard) -> list[Finding]:
+    """Run every rule in priority order; return the findings they accept."""
+    accepted: list[Finding] = []
+    for rule in sorted(rules, key=lambda r: r.priority):
+        name = getattr(rule.fn, "__name__", "rule")
+        accepted += guard.call(f"rule {name}", rule.fn, evidence, list(accepted), default=[]) or []
+    return accepted
+
+
+def allocator_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
+    """Growth of memory that a cleanup rung took back is held by an allocator cache: benign. The C
+    heap's own cache (only the settle rung took it back) is a note, and a finding only when its remedy
+    is allowed to act on it."""
+    found = []
+    for metric in ev.unexplained(accepted):
+        rung = ev.reclaimed_by(metric)
+        if ev.specs[metric].unit != "bytes" or ev.survives(metric) or rung is None:
+            continue
+        evidence = f"{ev.describe(metric)}; {rung} took it back, so an allocator was caching freed memory"
+        if rung in ev.end.settle and rung not in ev.remedies:
+            ev.note(metric, f"not a leak: {evidence}")
+            continue
+        found.append(ev.finding(
+            "allocator_cache", metric, benign=True, reclaimed_by=rung, evidence=evidence,
+            recommendation=f"not a leak; if the cached memory is needed elsewhere, run {rung} periodically",
+        ))
+    return found
+
+
+def fallback(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
+    """Memory that grows, survives every cleanup and that no specific rule explains."""
+    found = []
+    for metric in ev.unexplained(accepted):
+        if ev.specs[metric].unit != "bytes" or not ev.survives(metric):
+            continue
+        native = metric == RSS
+        if native and ev.refilled(metric):
+            ev.note(metric, f"not a leak, nothing to fix: {ev.describe(metric)} as the program touched memory "
+                            f"that malloc already held (pages a cleanup had given back to the system, or the "
+                            f"free top of a thread's heap); nothing new was allocated: malloc's bytes in use "
+                            f"and the mapped size stayed level")
+            continue
+        found.append(ev.finding(
+            "native_memory" if native else "device_arrays", metric,
+            evidence=f"{ev.describe(metric)}, survived cleanup, and no Python allocation or framework "
+                     f"counter accounts for it",
+            recommendation="look for native extensions or C libraries that allocate per step; run with "
+                           "remedies='off' under a native profiler (memray --native, heaptrack)" if native else
+                           "arrays on the device accumulate: look for results kept across steps",
+        ))
+    return found
+
+
+GENERIC_RULES = [Rule(60, allocator_cache), Rule(100, fallback)]
+
+
+def unexplained_notes(ev: Evidence, accepted: list[Finding]) -> list[str]:
+    """What the rules noted, and confirmed growth that neither a finding nor a note accounts for."""
+    silent = ev.unexplained(accepted)
+    return list(ev.notes.values()) + [f"step {ev.end_step}: {ev.describe(m)}; leakdoctor could not tell what "
+                                      f"holds it, so no finding was made" for m in silent]
+
