@@ -230,10 +230,12 @@ class LeakDoctor:
         if self._result is not None or "leakdoctor" in self._guard.off:
             self._idle = False
             return
+        # The doctor's CPU time is this thread's, measured: its wall time would overstate it on a busy
+        # machine (preempted mid-sample), and taken off the process's CPU time it would hide the user's
+        cpu = time.thread_time()
         self._step += 1
         clinic, sampler = self._clinic, self._sampler
-        forensic, remedy, cpu, paced = (clinic.forensic_seconds, clinic.remedy_seconds, clinic.cpu_seconds,
-                                        self._probes.paced_seconds)
+        forensic, remedy, paced = clinic.forensic_seconds, clinic.remedy_seconds, self._probes.paced_seconds
         investigating = clinic.investigation is not None
         sampled = investigating or self._countdown <= 0
         try:
@@ -255,7 +257,7 @@ class LeakDoctor:
         # hurry (a rising metric sampled twice a window) is spent on purpose; a heartbeat's write is the
         # doctor's time but no sample's cost
         paid = not investigating and clinic.forensic_seconds == forensic and self._step >= sampler.hurry_until
-        sampler.charge(self._step, wall, own, own + clinic.cpu_seconds - cpu,
+        sampler.charge(self._step, wall, own, time.thread_time() - cpu,
                        max(0.0, own - (self._probes.paced_seconds - paced) - (beat.seconds - written)) if paid
                        else None, sampled)
         self._idle = clinic.idle

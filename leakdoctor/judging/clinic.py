@@ -73,7 +73,6 @@ class Clinic:
         self.sites: list[dict[str, Any]] = []  # allocation sites the investigations saw grow (oom.py)
         self.forensic_seconds = 0.0
         self.remedy_seconds = 0.0
-        self.cpu_seconds = 0.0  # this thread's CPU time in forensics and remedies
         self.forensic_budget = FORENSIC_BUDGET
         self.deferred = 0  # suspicions left for later because investigations had used their budget
         # metric: its peak at its last investigation (inf while one is open), see _over_budget
@@ -94,7 +93,7 @@ class Clinic:
     def treat_step(self, step: int, context: Mapping[str, Any], step_seconds: float) -> None:
         """Let every active remedy act on this step."""
         self._step, self._context, self._step_seconds = step, context, step_seconds
-        start, cpu_start = time.perf_counter(), time.thread_time()
+        start = time.perf_counter()
         for treatment in list(self.treatments):
             part = f"remedy {treatment.remedy.name}"
             self.guard.call(part, treatment.remedy.on_step, self._context_for(treatment.finding))
@@ -105,7 +104,6 @@ class Clinic:
                     outcome.effective, outcome.error = False, self._error(part)
                 self.monitor.quiet(treatment.finding.explains)
         self.remedy_seconds += time.perf_counter() - start
-        self.cpu_seconds += time.thread_time() - cpu_start
 
     def after_sample(self, step: int, completed: Mapping[str, list[int]], context: Mapping[str, Any],
                      step_seconds: float, run_seconds: float) -> None:
@@ -148,10 +146,9 @@ class Clinic:
     # --- investigate and diagnose -----------------------------------------------------------------
 
     def _timed(self, fn: Callable[..., None], *args: Any) -> None:
-        start, cpu_start = time.perf_counter(), time.thread_time()
+        start = time.perf_counter()
         fn(*args)
         self.forensic_seconds += time.perf_counter() - start
-        self.cpu_seconds += time.thread_time() - cpu_start
 
     def _over_budget(self, suspects: Mapping[str, Any], run_seconds: float) -> bool:
         """Must these suspects wait? When investigations have used their share of the run, yes, unless
