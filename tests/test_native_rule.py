@@ -9,7 +9,7 @@ leak growing below where the window began: test_core_leaks.)"""
 from __future__ import annotations
 
 import ctypes
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import pytest
@@ -79,8 +79,11 @@ def test_the_same_growth_above_where_the_window_began_with_malloc_allocating_it_
     assert [f.cause for f in fallback(ev, [])] == ["native_memory"]
 
 
-def _in_a_thread(size: int, keep: list[int] | None = None) -> None:
-    """malloc `size` bytes in a new thread (its own malloc heap) and touch them; free them unless kept."""
+def _in_the_worker(worker: ThreadPoolExecutor, size: int, keep: list[int] | None = None) -> None:
+    """malloc `size` bytes on the worker thread (its own malloc heap) and touch them; free them unless kept.
+    One long-lived worker, as XLA's thread pool is: a new thread for each call would race the last one's
+    exit for its arena (Python's join returns before glibc hands the arena back), and a second arena's
+    64 MiB reservation would show as newly mapped memory."""
     libc = ctypes.CDLL(None)
     libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
@@ -93,29 +96,29 @@ def _in_a_thread(size: int, keep: list[int] | None = None) -> None:
         else:
             keep.append(chunk)
 
-    thread = threading.Thread(target=work)
-    thread.start()
-    thread.join()
+    worker.submit(work).result()
 
 
 def judge_window(kept: bool) -> tuple[bool, list[str], dict[str, str]]:
     """In a fresh process: real ladders (resident memory, malloc's bytes in use and the mapped size, each
-    read after a real malloc_trim) at a window's start, middle and end, with an evaluation in a worker
+    read after a real malloc_trim) at a window's start, middle and end, with an evaluation on a worker
     thread in each half: a temporary of 20 MiB, then 24 MiB, freed (or `kept`). A 30 MiB one first lifts
     malloc's mmap threshold (up to its cap, 32 MiB), so the next ones come from the thread's heap, as they
     do in a long run.
     Returns whether resident memory survived the ladders, the fallback's causes and the notes."""
     held: list[int] = []
-    _in_a_thread(30 * MIB)
+    worker = ThreadPoolExecutor(max_workers=1)
+    _in_the_worker(worker, 30 * MIB)
     probe, trim = RssProbe(limit=None), malloc_trim()
     assert trim is not None
     cleanups = [Cleanup("malloc_trim", trim, settle=True)]
     ladders = []
     for step in (0, 4, 8):
         if step:
-            _in_a_thread((16 + step) * MIB, held if kept else None)
+            _in_the_worker(worker, (16 + step) * MIB, held if kept else None)
         ladders.append(run_ladder(cleanups, probe.read_now, Guard(), step))
     probe.close()
+    worker.shutdown()
     trend = Trend("growing", slope=MIB / 4)
     ev = Evidence(start_step=0, end_step=8, suspects={RSS: trend}, trends={RSS: trend},
                   specs={RSS: MetricSpec(RSS, "bytes", source="process")}, begin=ladders[0], middle=ladders[1],
