@@ -148,15 +148,15 @@ class LeakDoctor:
         return [f for part in parts for f in part.forensics]
 
     def _stop_agreement(self) -> stopping.Agree | None:
-        """How the ranks of a distributed run agree to stop when on_limit="stop" runs on several: the
-        framework's collective (a framework doctor's); None: this process stops alone."""
+        """How the ranks of a distributed run agree to stop (asked only when on_limit="stop"): the framework's
+        collective (a framework doctor's); None: this process stops alone."""
         return None
 
     def _new_limit_watch(self, limit_of: Callable[[str], dict[str, Any] | None],
                          say: Callable[[str], None]) -> stopping.LimitWatch:
         """What acts on on_limit: this process's own watch, or, when the ranks agree (_stop_agreement), this
         rank's share of the run's (SharedLimitWatch: a subclass's step() calls _agree_if_due)."""
-        agree = self._stop_agreement()
+        agree = self._stop_agreement() if self.settings.on_limit == "stop" else None
         if agree is None:
             return stopping.LimitWatch(self.settings, self._guard, limit_of, say)
         rank = self.settings.rank

@@ -106,11 +106,7 @@ class LeakDoctor(doctor.LeakDoctor):
         self._now: tuple[Any, Any, Any] | None = None
         rank = jax_integration.process_rank()
         if rank is not None:  # a multi-process run: this process's own summary, beside process 0's
-            options.setdefault("rank", rank)
-            if options["rank"] > 0:
-                path = options.get("summary_path")
-                options.update(summary_path=ranks.rank_path(path, options["rank"]) if path is not None else None,
-                               plot_path=None)
+            options = ranks.options_on_rank(options, rank)
         part = jax_integration.integration(lambda: self._optimizer_call(*self._now) if self._now else None)
         super().__init__(integrations=[part, *options.pop("integrations", ())], **options)
 
@@ -137,11 +133,9 @@ class LeakDoctor(doctor.LeakDoctor):
         return self._swap(state) if self._originals or self._clinic.treatments else state
 
     def _stop_agreement(self) -> stopping.Agree | None:
-        """How the processes of a multi-process JAX run agree to stop when on_limit="stop": a
-        process_allgather (None in a single process: the doctor stops alone)."""
-        if self.settings.on_limit != "stop" or jax_integration.process_count() < 2:
-            return None
-        return jax_integration.process_maximum
+        """How the processes of a multi-process JAX run agree to stop: a process_allgather (None in a single
+        process: the doctor stops alone)."""
+        return jax_integration.process_maximum if jax_integration.process_count() > 1 else None
 
     # --- what the cond scan sees --------------------------------------------------------------------
 

@@ -157,8 +157,8 @@ class KerasDoctor(doctor.LeakDoctor):
 
     def _stop_agreement(self) -> stopping.Agree | None:
         """A fit's doctor in a multi-process run: the backend's collective (`agree`), so that every process
-        stops at the same batch when on_limit="stop"; None: this process stops alone."""
-        return self._agree if self.settings.on_limit == "stop" else None
+        stops at the same batch; None: this process stops alone."""
+        return self._agree
 
     def _forensics(self, parts: Any) -> list[Any]:
         return [f for f in super()._forensics(parts) if f.name not in self._without]
@@ -501,14 +501,9 @@ def _in_processes(options: dict[str, Any]) -> tuple[dict[str, Any], stopping.Agr
     "warn" within fits too: a process that left its fit alone would leave the others waiting for it in
     their next collective. Across calls "stop" always acts as "warn": a callback cannot end the user's loop
     of calls. Either is said in the notes when the user asked for "stop"."""
-    options, notes = dict(options), []
+    notes: list[str] = []
     shared = keras_integration.collective()
-    if shared is not None:
-        options.setdefault("rank", shared[0])
-        if options["rank"] > 0:
-            path = options.get("summary_path")
-            options.update(summary_path=ranks.rank_path(path, options["rank"]) if path is not None else None,
-                           plot_path=None)
+    options = ranks.options_on_rank(options, shared[0]) if shared is not None else dict(options)
     if options.get("on_limit") != "stop":
         return options, None, notes
     launched = keras_integration.launched_processes() if shared is None else None

@@ -73,7 +73,7 @@ class LightningDoctor(LeakDoctor):
     def _stop_agreement(self) -> Agree | None:
         """The strategy's collective when the trainer runs several ranks (the callback's `agree`), never
         torch.distributed directly: the strategy knows its own collectives."""
-        return self._agree if self.settings.on_limit == "stop" else None
+        return self._agree
 
     def _build_summary(self) -> Summary:
         summary = super()._build_summary()

@@ -82,12 +82,8 @@ class LeakDoctor(doctor.LeakDoctor):
             raise ValueError(f"watch_model={watch_model!r}: expected True or False")
         part = torch_integration.integration(model=model, optimizer=optimizer)
         rank = torch_integration.distributed_rank()
-        if rank is not None:
-            options.setdefault("rank", rank)
-            if options["rank"] > 0:  # rank 0 writes the summary of every rank; this one, its own beside it
-                path = options.get("summary_path")
-                options.update(summary_path=ranks.rank_path(path, options["rank"]) if path is not None else None,
-                               plot_path=None)
+        if rank is not None:  # rank 0 writes the summary of every rank; another rank, its own beside it
+            options = ranks.options_on_rank(options, rank)
         #: whether summary_path is this rank's own file, beside rank 0's (rank > 0 under torch.distributed)
         self._rank_file = rank is not None and options.get("rank", 0) > 0
         self._gathered = False  # whether finish() handed this rank's summary to rank 0
@@ -101,11 +97,9 @@ class LeakDoctor(doctor.LeakDoctor):
             self._agree_if_due()
 
     def _stop_agreement(self) -> stopping.Agree | None:
-        """How the ranks agree to stop when on_limit="stop" runs on several: torch.distributed's all_reduce
-        (None on one rank: the doctor stops alone)."""
-        if self.settings.on_limit != "stop" or torch_integration.world_size() < 2:
-            return None
-        return torch_integration.rank_maximum
+        """How the ranks agree to stop: torch.distributed's all_reduce (None on one rank: the doctor stops
+        alone)."""
+        return torch_integration.rank_maximum if torch_integration.world_size() > 1 else None
 
     def _complete(self, summary: Summary, exception: BaseException | None) -> Summary:
         """Gather every rank's summary into rank 0's; not after an exception, when the other ranks may

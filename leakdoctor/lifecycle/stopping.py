@@ -127,7 +127,6 @@ class LimitWatch:
             self.say(f"{reason.removeprefix('leakdoctor: ')}: calling on_limit")
             self.guard.call("on_limit", action, summary())
 
-
     def _stop(self, reason: str, step: int) -> None:
         """End the run now: the checkpoint, `stopped`, `should_stop`."""
         checkpoint = self._checkpoint()

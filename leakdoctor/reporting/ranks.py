@@ -27,6 +27,17 @@ def rank_path(path: str | os.PathLike[str], rank: int) -> Path:
     return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
 
 
+def options_on_rank(options: Mapping[str, Any], rank: int) -> dict[str, Any]:
+    """A doctor's options on a rank of a distributed run: `rank` defaults to this one, and a rank > 0 writes
+    its own summary beside the summary path (rank_path), with no plot."""
+    options = {**options}
+    options.setdefault("rank", rank)
+    if options["rank"] > 0:
+        path = options.get("summary_path")
+        options.update(summary_path=rank_path(path, options["rank"]) if path is not None else None, plot_path=None)
+    return options
+
+
 def rank_entry(summary: Summary, file: str | None = None) -> dict[str, Any]:
     """What the merged summary keeps of one rank: its verdict, its findings and its series' ends and peaks,
     and `file`, the path it writes its own summary to (None without one). A rank that stopped because
