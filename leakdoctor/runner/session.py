@@ -102,11 +102,10 @@ class Session:
     def destination(self) -> tuple[int, str | None, str | None]:
         """(rank, summary path, plot path) of what the runner writes in this process: the run's options
         on rank 0; on a rank > 0 (process_rank), the rank's own file beside the summary path and no plot,
-        as the doctors do (callbacks/torch.py)."""
-        rank, path, plot = process_rank(), self.options.get("summary_path"), self.options.get("plot_path")
-        if rank > 0:
-            return rank, (str(ranks.rank_path(path, rank)) if path else None), None
-        return rank, path, plot
+        as the doctors do (ranks.options_on_rank)."""
+        options = ranks.options_on_rank(self.options, process_rank())
+        path = options.get("summary_path")
+        return options["rank"], (str(path) if path else None), options.get("plot_path")
 
     def emit(self, summary: Any) -> None:
         """Write, plot and print a summary as the attached doctor would have (printed on rank 0 only)."""
