@@ -182,6 +182,7 @@ PHRASES: dict[str, str] = {
     "new_models": "new models in",
     "per_new_model": "per new model",
     "gc_took_back": "gc.collect() took it back",
+    "collected_then_trimmed": "full collection freed the old models just before the ladder, and malloc_trim took it back",
     "not_given_back": "not given back",
     "models_settle": "do not pile up",
     "keras_compiled": "Keras compiled {function}",

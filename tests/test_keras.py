@@ -113,8 +113,9 @@ def test_models_built_in_a_loop_are_found_across_fits_and_clear_session_stops_th
     assert found["metric"] in ({"rss_bytes", "jax_live_bytes_cpu"} if backend == "jax" else {"rss_bytes"})
     assert found["location"] == site("fit-in-loop")
     assert says(found["evidence"], "new_models", "per_new_model")
-    # the old models pile up (not kept referenced): in cycles that gc.collect() frees, or not given back
-    assert says(found["evidence"], "gc_took_back") or says(found["evidence"], "not_given_back")
+    # the old models pile up (not kept referenced): in cycles that gc.collect() frees (or Python's own full
+    # collection freed just before the ladder's), or not given back
+    assert any(says(found["evidence"], key) for key in ("gc_took_back", "collected_then_trimmed", "not_given_back"))
     assert says(found["recommendation"], "clear_session")
     # The models piled up: memory grew by at least half a model per new model (every call brings one).
     model_bytes = summary["series"]["keras_model_bytes"]["end"]
