@@ -209,23 +209,28 @@ def kept_tensors_rule() -> Rule:
         if held < ACCOUNTS * ev.growth(RSS):
             return []
         holder = census.data_holders[0]
-        kept = holder.get()
-        container = isinstance(kept, CONTAINERS)
-        kinds = [f"{n} × {desc} ({format_value(b, 'bytes')})" for desc, n, b, graph in census.groups if not graph]
-        others = [h for h in census.data_holders[1:] if 2 * h.count >= holder.count][:2]
-        evidence = (f"{ev.describe(RSS)}, survived cleanup; tensors without grad_fn kept across {census.steps} "
-                    f"steps: {', '.join(kinds[:3])}; held by {', '.join(h.name for h in [holder, *others])} "
-                    f"(torch allocates their storage outside Python's allocator: Python's objects grow by an "
-                    f"entry a step, resident memory by the tensors' bytes)")
+        kept = holder.get()  # no remedy acts on it: the finding keeps no reference to the user's data
         return [ev.finding(
-            "container_growth" if container else "device_arrays", RSS, location=holder.location(
-                ev.reports.get("tracemalloc")), subject=kept if container else None, evidence=evidence,
+            "container_growth" if isinstance(kept, CONTAINERS) else "device_arrays", RSS,
+            location=holder.location(ev.reports.get("tracemalloc")), evidence=_kept_evidence(ev, census),
             recommendation=f"{_what_is_stored(holder, kept)}bound or clear {holder.path.removeprefix('global ')} "
                            f"(keep the last few, store .item() or summaries instead of tensors, or clear it at "
                            f"epoch end)",
         )]
 
     return Rule(52, kept_tensors)
+
+
+def _kept_evidence(ev: Evidence, census: Retained) -> str:
+    """How resident memory grew, which tensors without a graph were kept, and who holds them (the main
+    holder, and others that hold as many as half of what it holds)."""
+    holder = census.data_holders[0]
+    kinds = [f"{n} × {desc} ({format_value(b, 'bytes')})" for desc, n, b, graph in census.groups if not graph]
+    others = [h for h in census.data_holders[1:] if 2 * h.count >= holder.count][:2]
+    return (f"{ev.describe(RSS)}, survived cleanup; tensors without grad_fn kept across {census.steps} steps: "
+            f"{', '.join(kinds[:3])}; held by {', '.join(h.name for h in [holder, *others])} (torch allocates "
+            f"their storage outside Python's allocator: Python's objects grow by an entry a step, resident memory "
+            f"by the tensors' bytes)")
 
 
 def _rss_kept(ev: Evidence, accepted: list[Finding]) -> bool:
