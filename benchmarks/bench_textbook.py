@@ -291,8 +291,18 @@ def line_of(location: str | None, basename: str, lines: tuple[int, ...]) -> bool
     return any(Path(f).name == basename and int(n) in lines for f, n in LOCATION.findall(location or ""))
 
 
+def remedy_of(finding: dict[str, Any]) -> dict[str, Any]:
+    """The remedy applied for the finding: its own, else (one cause at one place seen on two metrics is one
+    finding, the other metric its `supporting` entry) the one applied on a supporting metric, an effective
+    one first (clear_cache bounds the memory JAX's compiles take while the compile count goes on)."""
+    if finding.get("remedy"):
+        return finding["remedy"]
+    others = [s["remedy"] for s in finding.get("supporting") or [] if s.get("remedy")]
+    return next((r for r in others if r.get("effective")), others[0] if others else {})
+
+
 def brief(finding: dict[str, Any]) -> dict[str, Any]:
-    remedy = finding.get("remedy") or {}
+    remedy = remedy_of(finding)
     return {"cause": finding.get("cause"), "metric": finding.get("metric"), "location": finding.get("location"),
             "rate_per_step": finding.get("rate_per_step"), "unit": finding.get("unit"),
             "detected_step": finding.get("detected_step"), "severity": finding.get("severity"),

@@ -146,6 +146,28 @@ def retrace_scenario(remedies: str, steps: int) -> dict:
     return {"summary": doctor.summary.to_dict()}
 
 
+def jit_lambda_scenario(steps: int) -> dict:
+    """A jitted Flax step, and each step's batch normalised by `jax.jit` of a new lambda (the textbook
+    flax_jit_lambda scenario, issue #28): a compile every step, whose executables stay cached."""
+    images = jax.random.uniform(jax.random.PRNGKey(2), (32, 28 * 28))
+    y = images.mean(1, keepdims=True)
+
+    @jax.jit
+    def train_step(state: train_state.TrainState, x: jax.Array) -> Any:
+        loss, grads = jax.value_and_grad(lambda p: jnp.mean((state.apply_fn(p, x) - y) ** 2))(state.params)
+        return state.apply_gradients(grads=grads), loss
+
+    model = MLP()
+    state = train_state.TrainState.create(apply_fn=model.apply, params=model.init(jax.random.PRNGKey(0), images),
+                                          tx=optax.sgd(0.01))
+    with LeakDoctor(memory_limit=LIMIT, overhead=1.0, verbose=False) as doctor:
+        for _ in range(steps):
+            batch = jax.jit(lambda v: (v - 0.1307) / 0.3081)(images)  # JIT-LAMBDA
+            state, _ = train_step(state, batch)
+            state = doctor.step(state)
+    return {"summary": doctor.summary.to_dict()}
+
+
 def radam_nnx_scenario(steps: int) -> dict:
     """A Flax NNX loop: nnx.Optimizer with the old RAdam, its update run un-jitted."""
     model = nnx.Linear(16, 1, rngs=nnx.Rngs(0))
@@ -266,6 +288,18 @@ def test_step_retraced_by_a_changing_python_scalar_is_compile_cache_named_after_
     remedy = finding["remedy"]
     assert remedy["name"] == "clear_cache" and "clear_compile_cache" in remedy["detail"]
     assert remedy["effective"] is True
+
+
+def test_a_new_lambda_jitted_every_step_is_one_compile_cache_finding_at_its_line():
+    summary = isolated(jit_lambda_scenario, 300)["summary"]
+    finding = only(summary, "compile_cache")  # one finding per cause and place, whichever metrics showed it
+    path, _, line = finding["location"].rpartition(":")  # 'file:line', as every compile_cache finding is placed
+    assert Path(path).resolve() == HERE.resolve() and int(line) == line_of("JIT-LAMBDA"), finding["location"]
+    assert finding["state"] == "leak" and finding["severity"] == "major"
+    assert summary["verdict"] == "leak"
+    metrics = [finding["metric"], *(other["metric"] for other in finding["supporting"])]
+    assert sorted(metrics) == sorted(set(metrics)) and set(metrics) <= {"jax_compiles", "rss_bytes"}, metrics
+    assert [f["cause"] for f in summary["findings"] if f["state"] != "withdrawn"] == ["compile_cache"]
 
 
 def test_nnx_optimizer_gets_the_rewritten_transformation_in_place():

@@ -205,6 +205,43 @@ def test_running_total_with_graph_is_found_and_detached_in_place():
     assert remedy["rate_after"] <= 0.1 * found["rate_per_step"]
     assert result["graph_freed"]
 
+# --- a module-level dict keeping every step's input batch (CPU tensors, no graph) --------------------
+
+#: Every step's input batch, keyed by step: the leak of the textbook torch_step_cache scenario (issue #28).
+#: A CPU tensor's storage is malloc'd outside Python's allocator, so resident memory grows while Python
+#: allocations grow by a dict entry a step.
+STEP_CACHE: dict[int, torch.Tensor] = {}
+
+
+def inputs_kept_in_a_global_dict(steps: int) -> dict:
+    """Each step trains on a fresh batch (as a DataLoader makes one) and the loop keeps it in STEP_CACHE."""
+    model, optimizer, _ = setup()
+    generator = torch.Generator().manual_seed(0)
+    with LeakDoctor(model=model, optimizer=optimizer, **EVERY_STEP) as doctor:
+        for step in range(steps):
+            x, y = torch.randn(256, 64, generator=generator), torch.randn(256, 1, generator=generator)
+            train_step(model, optimizer, x, y)
+            STEP_CACHE[step] = x  # the leak: every input batch kept, keyed by step
+            doctor.step()
+    return {"summary": doctor.summary.to_dict(), "kept": len(STEP_CACHE)}
+
+
+CACHE_LINE = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1)
+                  if text.rstrip().endswith("# the leak: every input batch kept, keyed by step"))
+
+
+def test_input_batches_kept_in_a_global_dict_are_named_at_the_line_that_stores_them():
+    result = isolated(inputs_kept_in_a_global_dict, 400)
+    summary = result["summary"]
+    found = finding(summary, "container_growth")
+    assert found["metric"] == "rss_bytes"
+    assert found["location"] == f"global STEP_CACHE (tests/test_torch.py:{CACHE_LINE})"
+    assert found["state"] == "leak" and found["severity"] == "major"
+    assert summary["verdict"] == "leak"
+    assert not named(summary, "native_memory"), summary["findings"]
+    assert result["kept"] == 400
+
+
 # --- DataLoader workers reading a Python list ------------------------------------------------------
 
 class RecordsDataset(torch.utils.data.Dataset):

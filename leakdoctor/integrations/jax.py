@@ -512,12 +512,13 @@ def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
     """Backend compiles that keep happening after warm-up: name the function and, where known, why.
 
     The optimizer's re-traced cond is reported on the compile count, which cond_to_where stops. Any other
-    cause is reported on resident memory when it grows (jax.clear_caches can bound it), placed where the
-    function is defined; else on the compile count, placed at the compiled function ('jit(step) (train.py:9)'):
-    a different place, so compiles that go on after clear_cache bounded the memory are not taken for the
-    memory coming back. The place is always in the user's code: where jax says the function is defined
-    when that is the user's file, else (a framework's wrapper: eqx.filter_jit's, in site-packages) the
-    user's line that called it when jax traced or compiled it again (found on the stack at that moment).
+    cause is reported on resident memory when it grows (jax.clear_caches can bound it), else on the compile
+    count (a finding on another metric, so compiles that go on after clear_cache bounded the memory are not
+    taken for the memory coming back; the summary keeps one finding per cause and place, the other as its
+    supporting evidence), placed as 'train.py:9' on either. The place is always in the user's code: where
+    jax says the function is defined when that is the user's file, else (a framework's wrapper:
+    eqx.filter_jit's, in site-packages) the user's line that called it when jax traced or compiled it again
+    (found on the stack at that moment).
     Compiles that grew resident memory before their count was suspect are compile_cache too, not
     native_memory."""
     if COMPILES not in ev.unexplained(accepted) and not _compiled_along(ev, accepted):
@@ -562,14 +563,11 @@ def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
             facts += f"; {compiled} compiled from {called}"
     bound = ". remedies='safe' bounds the memory with jax.clear_caches() (clear_cache), at the price of " \
             "compiling again" if metric == RSS else ""
-    # where the function is defined in the user's code, else the user's line that calls it; on the compile
-    # count, after the compiled function's name
-    if metric == RSS:
-        location = defined or compiled
-    else:
-        location = f"{compiled} ({defined})" if compiled and defined else defined or compiled
+    # where the function is defined in the user's code, else the user's line that calls it ('file.py:12', as
+    # every compile_cache finding is placed, on either metric: one cause at one place reads the same, and the
+    # summary keeps one finding of it); the compiled function's name only where no line is known
     return [ev.finding(
-        "compile_cache", metric, location=location, explains=(COMPILES, *rss),
+        "compile_cache", metric, location=defined or compiled, explains=(COMPILES, *rss),
         evidence=facts, recommendation=fix + bound,
     )]
 

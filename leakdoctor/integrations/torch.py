@@ -4,9 +4,9 @@ Probes (cheap): CUDA/MPS allocated and reserved bytes and CUDA's allocation retr
 exists and the program uses it), the number of hooks on the model's modules, and the bytes of a dataset's
 Python container that forked DataLoader workers copied (their pagemaps, integrations/pages.py).
 Forensic (escalation only): the tensor census of integrations/torch_graphs.py, which names who keeps
-tensors that hold an autograd graph (a model attribute, a local list, a global) and the line that made
-them.
-Rules: hook_accumulation, retained_graph, the device allocator (allocator_cache or device_arrays) and
+tensors across steps (a model attribute, a local list, a global) and the line that stores them.
+Rules: hook_accumulation, retained_graph, kept CPU tensors without a graph (container_growth or
+device_arrays at their holder), the device allocator (allocator_cache or device_arrays) and
 dataloader_workers naming the dataset's Python container. Cleanup: the device cache clear, "clear_cache".
 """
 
@@ -23,7 +23,7 @@ from leakdoctor.integrations.pages import ItemPages
 from leakdoctor.integrations.process import Throttled
 from leakdoctor.integrations.python import step_time_note
 from leakdoctor.integrations.source import caller_frame, code_location
-from leakdoctor.integrations.torch_graphs import TensorCensus, retained_rule
+from leakdoctor.integrations.torch_graphs import TensorCensus, kept_tensors_rule, retained_rule
 from leakdoctor.judging.evidence import Evidence, Rule
 from leakdoctor.reporting.summary import Finding, format_value
 
@@ -506,7 +506,8 @@ def integration(model: Any = None, optimizer: Any = None) -> Integration:
     model_ref = weakref.ref(model) if model is not None else (lambda: None)
     devices = device_probes(torch)
     copied = CopiedPages(torch.utils.data.DataLoader)
-    rules = [retained_rule(), loader_rule(torch.utils.data.DataLoader, copied)] + [device_rule(p.name) for p in devices]
+    rules = [retained_rule(), kept_tensors_rule(), loader_rule(torch.utils.data.DataLoader, copied)]
+    rules += [device_rule(p.name) for p in devices]
     if model is not None:
         rules.append(hooks_rule(model_ref))
     return Integration(

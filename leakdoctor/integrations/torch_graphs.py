@@ -1,23 +1,29 @@
-"""Tensors that keep their autograd graph across steps: a census of the live tensors at the start and end of
-an investigation, which names who holds the ones kept (integrations/holders.py: a model attribute, a local
-list, a global) with the line that stores them, and the retained_graph rule. Part of the PyTorch
-integration (integrations/torch.py), apart because it is the one piece that walks the heap."""
+"""Tensors kept across steps: a census of the live tensors at the start and end of an investigation, which
+names who holds the ones kept (integrations/holders.py: a model attribute, a local list, a global) with the
+line that stores them; the retained_graph rule (tensors that keep their autograd graph) and the
+kept_tensors rule (CPU tensors without a graph, whose storage Python's allocator never sees). Part of the
+PyTorch integration (integrations/torch.py), apart because it is the one piece that walks the heap."""
 
 from __future__ import annotations
 
 import sys
 import weakref
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from leakdoctor.integrations.holders import CONTAINERS, Holder, find_holders, live_instances
 from leakdoctor.integrations.python import new_items
-from leakdoctor.judging.evidence import Evidence, Rule
+from leakdoctor.judging.evidence import RSS, Evidence, Rule
 from leakdoctor.reporting.summary import Finding, format_value
 
 #: Most autograd nodes a census walks; a graph this large is reported as at least this large.
 GRAPH_LIMIT = 200_000
+#: New tensors without a graph whose holders are looked for (as many as LiveArrayDiff samples of JAX's).
+SAMPLE = 64
+#: Share of resident memory's growth in the window that the CPU tensors kept must account for (as JAX's
+#: arrays on CPU must, integrations/jax.py live_arrays).
+ACCOUNTS = 0.3
 
 
 @dataclass
@@ -29,6 +35,8 @@ class Retained:
     groups: list[tuple[str, int, int, bool]]  # (description, tensors gained, bytes gained, holds a graph)
     graph_growth: int
     holders: list[Holder]
+    #: who holds the tensors without a graph gained in the window (a dict of input batches), most first
+    data_holders: list[Holder] = field(default_factory=list)
 
     @property
     def retained(self) -> bool:
@@ -44,6 +52,10 @@ class Retained:
         """The part of `graph_bytes` in tensors of more than a number: activations the graphs saved for a
         backward() that never comes (a loss kept after its backward() keeps only its graph's nodes)."""
         return sum(b for desc, _, b, graph in self.groups if graph and not desc.startswith("()"))
+
+    def data_bytes(self, device: str) -> int:
+        """Bytes of the tensors without a graph gained in the window on `device` ('cpu'): their storage."""
+        return sum(b for desc, _, b, graph in self.groups if not graph and desc.split()[-1].split(":")[0] == device)
 
     @property
     def devices(self) -> set[str]:
@@ -99,7 +111,7 @@ class TensorCensus:
         tensors = live_instances(self._tensor)
         self._before = Counter(map(group_of, tensors))
         self._graph = graph_nodes(tensors)
-        self._old = {id(t): weakref.ref(t) for t in tensors if t.grad_fn is not None}
+        self._old = {id(t): weakref.ref(t) for t in tensors}
 
     def end(self, steps: int) -> Retained:
         tensors = live_instances(self._tensor)
@@ -117,8 +129,10 @@ class TensorCensus:
         if not holders and growth >= steps and grad:  # a running total chains each step's graph to the last
             biggest = max(grad, key=lambda t: graph_nodes([t], limit=growth + 1))
             holders = find_holders([biggest], self._roots(), frame)
+        stored = [t for group, t in keyed if not group[1] and group in gained and not self._is_old(t)][-SAMPLE:]
+        data_holders = find_holders(stored, self._roots(), frame) if stored else []
         self._before, self._old = Counter(), {}
-        return Retained(steps, groups, growth, holders)
+        return Retained(steps, groups, growth, holders, data_holders)
 
     def _is_old(self, t: Any) -> bool:
         ref = self._old.get(id(t))
@@ -175,6 +189,62 @@ def retained_rule() -> Rule:
         return [found]
 
     return Rule(30, retained_graph)
+
+
+def kept_tensors_rule() -> Rule:
+    """CPU tensors without an autograd graph kept across steps (a dict of input batches, a list of detached
+    outputs): torch allocates their storage with malloc, outside Python's allocator, so tracemalloc does not
+    see it and Python's objects grow by an entry a step while resident memory grows by the tensors' bytes;
+    no rule would name more than native_memory. Named when resident memory's growth survived the cleanup
+    ladder (and was no refill of pages malloc held), the tensors the census saw gained in the window account
+    for ACCOUNTS of it, and a place in the user's program holds them: container_growth at the line that
+    stores into the container (a list, a dict), else device_arrays at the holder. A watched container is
+    named first by the container rule, whose count is exact (it runs before this one)."""
+
+    def kept_tensors(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
+        census = ev.reports.get("tensor_census")
+        if census is None or not census.data_holders or not _rss_kept(ev, accepted):
+            return []
+        held = census.data_bytes("cpu")
+        if held < ACCOUNTS * ev.growth(RSS):
+            return []
+        holder = census.data_holders[0]
+        kept = holder.get()  # no remedy acts on it: the finding keeps no reference to the user's data
+        return [ev.finding(
+            "container_growth" if isinstance(kept, CONTAINERS) else "device_arrays", RSS,
+            location=holder.location(ev.reports.get("tracemalloc")), evidence=_kept_evidence(ev, census),
+            recommendation=f"{_what_is_stored(holder, kept)}bound or clear {holder.path.removeprefix('global ')} "
+                           f"(keep the last few, store .item() or summaries instead of tensors, or clear it at "
+                           f"epoch end)",
+        )]
+
+    return Rule(52, kept_tensors)
+
+
+def _kept_evidence(ev: Evidence, census: Retained) -> str:
+    """How resident memory grew, which tensors without a graph were kept, and who holds them (the main
+    holder, and others that hold as many as half of what it holds)."""
+    holder = census.data_holders[0]
+    kinds = [f"{n} × {desc} ({format_value(b, 'bytes')})" for desc, n, b, graph in census.groups if not graph]
+    others = [h for h in census.data_holders[1:] if 2 * h.count >= holder.count][:2]
+    return (f"{ev.describe(RSS)}, survived cleanup; tensors without grad_fn kept across {census.steps} steps: "
+            f"{', '.join(kinds[:3])}; held by {', '.join(h.name for h in [holder, *others])} (torch allocates "
+            f"their storage outside Python's allocator: Python's objects grow by an entry a step, resident memory "
+            f"by the tensors' bytes)")
+
+
+def _rss_kept(ev: Evidence, accepted: list[Finding]) -> bool:
+    """Did resident memory grow through the window, unexplained so far, and not by refilling pages that
+    malloc already held (what the native_memory fallback asks too)?"""
+    return RSS in ev.unexplained(accepted) and ev.survives(RSS) and not ev.refilled(RSS)
+
+
+def _what_is_stored(holder: Holder, kept: Any) -> str:
+    """'the dict global CACHE stores tensors (16, 1, 28, 28) float32 cpu: ': what the code keeps, where known."""
+    newest = [t for t in new_items(kept, 8) if hasattr(t, "shape") and hasattr(t, "dtype")]
+    if not isinstance(kept, CONTAINERS) or not newest:
+        return ""
+    return f"the {type(kept).__name__} {holder.path} stores tensors {group_of(newest[-1])[0]}: "
 
 
 def _what_is_kept(holder: Holder | None, kept: Any) -> str:

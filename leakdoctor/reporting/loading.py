@@ -174,6 +174,8 @@ def _check_finding(finding: Any, where: str) -> None:
     _field(finding, "rate_interval", where, _optional(lambda v: isinstance(v, list) and len(v) == 2),
            "a [low, high] pair or null", required=False)
     _field(finding, "remedy", where, _optional(lambda v: isinstance(v, dict)), "an object or null", required=False)
+    _field(finding, "supporting", where, lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),
+           "a list of objects", required=False)
     remedy = finding.get("remedy")
     if remedy is not None:
         where = f"{where}.remedy"

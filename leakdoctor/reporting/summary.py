@@ -37,7 +37,8 @@ class Finding:
     """One diagnosed cause of growth. `reclaimed_by` names the cleanup that took the growth back (so the
     matching remedy can repeat it); `subject` is what a remedy acts on and is never serialized.
     `severity`, `state` and `reason` are set in the summary (None while the run goes on: the finding is
-    suspected); `detected_rate` is the rate announced when it was found, before the whole-run refit."""
+    suspected); `detected_rate` is the rate announced when it was found, before the whole-run refit;
+    `supporting`, set in the summary too, what other metrics showed of the same cause at the same place."""
 
     cause: str
     metric: str
@@ -57,6 +58,9 @@ class Finding:
     state: str | None = None
     reason: str | None = None
     detected_rate: float | None = None
+    #: the same cause at the same place seen on other metrics (report.merged): each one's metric, rate,
+    #: unit, steps, state, severity and remedy, as its own finding would have said
+    supporting: list[dict[str, Any]] = field(default_factory=list)
     subject: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -431,7 +435,19 @@ def _finding_lines(f: Finding) -> list[str]:
     lines.append(f"  fix: {f.recommendation}")
     if f.remedy:
         lines.append(f"  remedy: {_remedy_line(f.remedy, f.unit)}")
+    lines += [f"  also: {_supporting_line(other)}" for other in f.supporting]
     return lines
+
+
+def _supporting_line(other: dict[str, Any]) -> str:
+    """'rss_bytes 130.7 KiB/step since step 190 (leak); remedy clear_cache at step 300, effective': what
+    another metric showed of the same cause at the same place."""
+    text = (f"{other.get('metric')} {format_value(other.get('rate_per_step'), other.get('unit') or 'count')}/step "
+            f"since step {other.get('first_step')} ({other.get('state')})")
+    remedy = other.get("remedy")
+    if remedy:
+        text += f"; remedy {_remedy_line(RemedyOutcome(**_known(RemedyOutcome, remedy)), other.get('unit') or 'count')}"
+    return text
 
 
 def _ending(summary: Summary) -> list[str]:
