@@ -55,11 +55,11 @@ class Retained:
 
     def data_bytes(self, device: str) -> int:
         """Bytes of the tensors without a graph gained in the window on `device` ('cpu'): their storage."""
-        return sum(b for desc, _, b, graph in self.groups if not graph and desc.split()[-1].split(":")[0] == device)
+        return sum(b for desc, _, b, graph in self.groups if not graph and device_of(desc) == device)
 
     @property
     def devices(self) -> set[str]:
-        return {desc.split()[-1].split(":")[0] for desc, *_, graph in self.groups if graph}
+        return {device_of(desc) for desc, *_, graph in self.groups if graph}
 
     def describe(self) -> str:
         kept = [f"{n} × {desc} ({format_value(b, 'bytes')})" for desc, n, b, graph in self.groups if graph]
@@ -189,6 +189,11 @@ def retained_rule() -> Rule:
         return [found]
 
     return Rule(30, retained_graph)
+
+
+def device_of(description: str) -> str:
+    """'cpu' of a group's description '(16, 1, 28, 28) float32 cpu', 'cuda' of '... cuda:0'."""
+    return description.split()[-1].split(":")[0]
 
 
 def kept_tensors_rule() -> Rule:
