@@ -298,6 +298,16 @@ def _held_models_memory(ev: Evidence, accepted: list[Finding]) -> list[str]:
     return [RSS]
 
 
+def _kept(ev: Evidence, metric: str) -> bool:
+    """Did the metric keep its growth through the ladders, more than resident memory refaulting the pages
+    that the ladder's own malloc_trim gave back? With models that come and go, the next fits' allocations
+    land in those pages again (a loop never trimmed stays level). Keras's backends take host memory from
+    malloc, so what a model leaves behind natively shows in malloc's bytes in use; the mapped size, which
+    Evidence.refilled also asks, moves by the 1 MiB arenas that Python maps for small objects and leaves
+    mostly untouched, more than the few hundred KiB a window of fits refaults."""
+    return ev.survives(metric) and not (metric == RSS and ev.malloc_kept(metric) is False)
+
+
 def _census(ev: Evidence) -> str:
     census = ev.reports.get("gc_census")
     return f"; live objects growing: {census.top()}" if census and census.rows else ""
@@ -328,11 +338,13 @@ def models_rule(calls: Calls) -> Rule:
         size = (f"; memory grew {format_value(turnover.growth_per_model, 'bytes')} per new model, which holds "
                 f"{format_value(turnover.model_bytes, 'bytes')} (variables and optimizer state)")
         also = "".join(f"; {ev.describe(m)}" for m in memory[1:])
-        if not (turnover.referenced or turnover.piling or ev.survives(metric)):
+        if not (turnover.referenced or turnover.piling or _kept(ev, metric)):
+            refault = "; what survived the cleanups is pages that malloc_trim gave back, touched again (malloc's " \
+                      "bytes in use and the mapped size stayed level)" if ev.survives(metric) else ""
             return [ev.finding(  # its own place: a leak found at calls.site would be another finding
                 "python_objects", metric, location=f"{where}, each model replacing the last", benign=True,
                 explains=explains, evidence=f"{ev.describe(metric)}{also}; {models}{size}: the models do not "
-                f"pile up, the C heap settles around models that come and go",
+                f"pile up, the C heap settles around models that come and go{refault}",
                 recommendation="not a leak: each old model is freed at the next garbage collection")]
         location = calls.site
         if turnover.referenced:

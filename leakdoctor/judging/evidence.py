@@ -138,6 +138,13 @@ class Evidence:
         need = ACCOUNTED * self.expected(metric) if need is None else need
         return not any(self._grew_by(backing, need) for backing in (HEAP, MAPPED))
 
+    def malloc_kept(self, metric: str) -> bool | None:
+        """Did malloc's bytes in use keep the growth a suspect predicts through the window (in both
+        halves)? None where malloc cannot be asked."""
+        if self.begin.after(HEAP) is None or self.end.after(HEAP) is None:
+            return None
+        return self._grew_by(HEAP, ACCOUNTED * self.expected(metric))
+
     @property
     def last_span(self) -> int:
         """Steps since the ladder before the last one (the span a rung's drop at the end covers)."""
