@@ -122,7 +122,10 @@ class LeakDoctor(doctor.LeakDoctor):
             note = (f"{why}: the summaries of the other {world - 1} rank(s) were not gathered (they may never "
                     f"reach the collective), so this summary is rank {self.settings.rank}'s alone")
             return dataclasses.replace(summary, notes=[*summary.notes, note])
-        gathered = torch_integration.gather((summary.to_dict(), self._own_file()))
+        own = self._own_file()
+        if own is not None and self._rank_file:  # completed before rank 0 lists it in the merged summary
+            self.write_summary(summary)
+        gathered = torch_integration.gather((summary.to_dict(), own))
         self._gathered = gathered is not None
         if gathered is None or self.settings.rank != 0:
             return summary
@@ -138,7 +141,8 @@ class LeakDoctor(doctor.LeakDoctor):
     def _own_file(self) -> str | None:
         """The file that holds this rank's own summary at the end of a run whose summaries are gathered:
         rank 0's summary path (the merged summary), another rank's file only if it wrote one while the
-        run went (its final summary completes it, see _emit); None otherwise."""
+        run went (its final summary completes it before the gathering, so that a merged summary never lists
+        a file still being written); None otherwise."""
         path = self.settings.summary_path
         if path is None or self._rank_file and not path.exists():
             return None
