@@ -124,7 +124,7 @@ class LeakDoctor(doctor.LeakDoctor):
             return dataclasses.replace(summary, notes=[*summary.notes, note])
         own = self._own_file()
         if own is not None and self._rank_file:  # completed before rank 0 lists it in the merged summary
-            self.write_summary(summary)
+            self._guard.call("rank summary", self.write_summary, summary)  # never keeps a rank from gathering
         gathered = torch_integration.gather((summary.to_dict(), own))
         self._gathered = gathered is not None
         if gathered is None or self.settings.rank != 0:

@@ -340,7 +340,7 @@ def models_rule(calls: Calls) -> Rule:
         also = "".join(f"; {ev.describe(m)}" for m in memory[1:])
         if not (turnover.referenced or turnover.piling or _kept(ev, metric)):
             refault = "; what survived the cleanups is pages that malloc_trim gave back, touched again (malloc's " \
-                      "bytes in use and the mapped size stayed level)" if ev.survives(metric) else ""
+                      "bytes in use stayed level)" if ev.survives(metric) else ""
             return [ev.finding(  # its own place: a leak found at calls.site would be another finding
                 "python_objects", metric, location=f"{where}, each model replacing the last", benign=True,
                 explains=explains, evidence=f"{ev.describe(metric)}{also}; {models}{size}: the models do not "
