@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import pytest
 
 from leakdoctor.integrations.pages import PAGE, ItemPages
+from leakdoctor.integrations.private import PrivateMemory
 from leakdoctor.integrations.process import Throttled
 from leakdoctor.lifecycle.guard import Guard
 from leakdoctor.reading.probing import Probes
@@ -63,6 +64,51 @@ def test_item_pages_of_lists_and_tuples_only():
     assert ItemPages.of(tuple(bytes(2 * PAGE) for _ in range(100))).nbytes == 100 * PAGE
     assert ItemPages.of([1.5] * 10).nbytes > 0  # one float, one page
     assert ItemPages.of({i: i for i in range(100)}) is None and ItemPages.of([]) is None
+
+
+def write_or_keep(shared: bytearray, size: int, keep: bool, ready: Any, done: Any) -> None:
+    """A forked child that writes into `size` bytes of the pages it shares with its parent (`shared`, its
+    copy of the parent's buffer), or keeps `size` bytes of new memory; then waits."""
+    kept = bytearray(b"x") * size if keep else None
+    if not keep:
+        for i in range(0, size, PAGE):
+            shared[i] = 1
+    ready.put(kept is not None)
+    done.wait(60)
+
+
+def grown_in_child(size: int, keep: bool) -> tuple[float, float]:
+    """(what the child holds alone grew, its resident anonymous memory grew), in bytes, read by the
+    worker reader from before the child writes to after."""
+    shared = bytearray(b"s") * size  # resident in the parent, shared with the child at the fork
+    context = multiprocessing.get_context("fork")
+    go, ready, done = context.Event(), context.Queue(), context.Event()
+    child = context.Process(target=lambda: (go.wait(60), write_or_keep(shared, size, keep, ready, done)))
+    child.start()
+    try:
+        reader = PrivateMemory.of(child.pid)
+        assert reader is not None
+        before = reader.read()
+        go.set()
+        ready.get(timeout=60)
+        after = reader.read()
+        reader.close()
+    finally:
+        done.set()
+        child.join(10)
+    assert before is not None and after is not None
+    return after[0] - before[0], after[1] - before[1]
+
+
+@linux
+def test_the_worker_reader_sees_a_forked_child_copy_shared_pages_and_allocate_new_ones():
+    """Copy-on-write of pages shared with the parent grows what the child holds alone without a new
+    resident page; new memory grows both."""
+    size = 32 * 2**20
+    copied, new = grown_in_child(size, keep=False)
+    assert 0.7 * size < copied < 1.3 * size and new < 0.1 * size
+    kept, new = grown_in_child(size, keep=True)
+    assert 0.7 * size < kept < 1.3 * size and 0.7 * size < new < 1.3 * size
 
 
 class Counting(Throttled):

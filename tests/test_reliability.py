@@ -309,7 +309,7 @@ def test_a_memory_limit_too_large_for_a_float_is_a_value_error_naming_the_argume
 
 def test_a_gauge_cannot_take_a_built_in_series_name():
     doctor = LeakDoctor(verbose=False, integrations=[broken_probe()])
-    for name in ("rss_bytes", "step_seconds", "step_cpu_seconds", "workers_uss_bytes", "workers_pss_bytes",
+    for name in ("rss_bytes", "step_seconds", "step_cpu_seconds", "workers_grown_bytes", "workers_new_bytes",
                  "broken"):
         with pytest.raises(ValueError, match=rf"watch: name '{name}' must be a new name.*'rss_bytes'"):
             doctor.watch(name, lambda: 1.0)

@@ -293,6 +293,59 @@ def test_dataloader_workers_reading_a_numpy_array_are_clean():
     assert not named(summary, "dataloader_workers"), summary["findings"]
 
 
+class KeepingDataset(torch.utils.data.Dataset):
+    """Numbers in a tensor, read cleanly, but each sample made is also kept on the dataset: in a worker
+    process that is the worker's own copy of `seen`, which grows all epoch (4 KiB a sample) while this
+    process's stays empty."""
+
+    def __init__(self, count: int) -> None:
+        self.values = torch.arange(count, dtype=torch.float32)
+        self.seen: list[torch.Tensor] = []
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.values[index].expand(1024).clone()
+        self.seen.append(x)  # the leak: every sample kept, in the worker's copy of the dataset
+        return x[:64], x[:1]
+
+
+SEEN_LINE = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1)
+                 if text.rstrip().endswith("# the leak: every sample kept, in the worker's copy of the dataset"))
+
+
+def workers_keep_samples(steps: int = 1200) -> dict:
+    """Up to `steps` steps of one epoch with a forked worker whose dataset keeps every sample (128 KiB a
+    step), the doctor at its defaults (the workers' reads paced within its budget); it stops once the
+    doctor names the cause."""
+    model, optimizer, _ = setup()
+    loader = torch.utils.data.DataLoader(KeepingDataset(32 * steps), batch_size=32, num_workers=1,
+                                         multiprocessing_context="fork")
+    with LeakDoctor(model=model, optimizer=optimizer, verbose=False) as doctor:
+        for step, (x, y) in enumerate(loader):
+            train_step(model, optimizer, x, y)
+            doctor.step()
+            if step % 50 == 0 and named(doctor.summary.to_dict(), "dataloader_workers"):
+                break
+    return {"summary": doctor.summary.to_dict(), "epoch": len(loader), "kept_here": len(loader.dataset.seen)}
+
+
+def test_dataloader_workers_keeping_every_sample_on_the_dataset_are_named_at_the_line_that_stores_them():
+    """The worker's memory grows in pages it shared with this process at first (the samples land in the
+    heap the fork handed it) and in new ones; the dataset's __getitem__ names the container it grows, whose
+    copy here stays empty."""
+    result = isolated(workers_keep_samples)
+    summary = result["summary"]
+    found = finding(summary, "dataloader_workers")
+    assert found["metric"] == "workers_grown_bytes"
+    assert found["location"] == f"KeepingDataset.seen (tests/test_torch.py:{SEEN_LINE})"
+    assert found["state"] == "leak" and found["severity"] == "major"
+    assert found["detected_step"] < result["epoch"]
+    assert summary["verdict"] == "leak"
+    assert result["kept_here"] == 0
+
+
 # --- a clean loop: no finding, and the doctor changes nothing -----------------------------------------
 
 def clean_loop(steps: int) -> dict:

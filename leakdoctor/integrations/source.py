@@ -156,6 +156,39 @@ def _stores_into(node: ast.AST, name: str) -> bool:
                                                 and _names(node.target.value, name))
 
 
+def stored_attributes(code: Any) -> list[tuple[str, int]]:
+    """(attribute, line) of each store in a method's code into an attribute of its first argument, in
+    line order: `self.samples.append(x)`, `self.cache[key] = x`, `self.seen += [x]`; what the method
+    keeps on its object each time it runs."""
+    if not code.co_varnames or code.co_argcount < 1:
+        return []
+    tree = _parse(code.co_filename, len(linecache.getlines(code.co_filename)))
+    if tree is None:
+        return []
+    owner = code.co_varnames[0]
+    lines = [line for _, _, line in code.co_lines() if line is not None]
+    first, last = code.co_firstlineno, max(lines, default=code.co_firstlineno)
+    found = set()
+    for node in ast.walk(tree):
+        if first <= getattr(node, "lineno", 0) <= last:
+            found.update((attr, node.lineno) for attr in _attributes_stored(node, owner))
+    return sorted(found, key=lambda f: f[1])
+
+
+def _attributes_stored(node: ast.AST, owner: str) -> list[str]:
+    """The attributes of `owner` that a node stores into (a storing method's call, an item set, `+=`)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in STORES:
+        targets = [node.func.value]
+    elif isinstance(node, ast.Assign):
+        targets = [t.value for t in node.targets if isinstance(t, ast.Subscript)]
+    elif isinstance(node, ast.AugAssign):
+        targets = [node.target.value if isinstance(node.target, ast.Subscript) else node.target]
+    else:
+        return []
+    return [t.attr for t in targets
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == owner]
+
+
 def storing_line(filename: str, first: int, last: int, name: str) -> int | None:
     """The first line between `first` and `last` of a file where the code stores into `name` (appends to
     it, sets an item, adds to it in place): where what a holder keeps comes from."""

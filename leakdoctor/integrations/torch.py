@@ -20,9 +20,9 @@ from typing import Any, Callable, Mapping
 from leakdoctor.integrations import Cleanup, Integration, MetricSpec
 from leakdoctor.integrations.holders import CONTAINERS, live_instances, places
 from leakdoctor.integrations.pages import ItemPages
-from leakdoctor.integrations.process import Throttled
+from leakdoctor.integrations.process import GROWN, NEW, Throttled
 from leakdoctor.integrations.python import step_time_note
-from leakdoctor.integrations.source import caller_frame, code_location
+from leakdoctor.integrations.source import caller_frame, code_location, is_user_file, short_path, stored_attributes
 from leakdoctor.integrations.torch_graphs import TensorCensus, kept_tensors_rule, retained_rule
 from leakdoctor.judging.evidence import Evidence, Rule
 from leakdoctor.reporting.summary import Finding, format_value
@@ -452,17 +452,50 @@ def loader_advice(name: str, container: str) -> str:
             f"epoch's end and copies it again in the next")
 
 
+def datasets_within(dataset: Any, depth: int = 2) -> list[Any]:
+    """The dataset and those it wraps (a Subset's, a ConcatDataset's), `depth` deep: the objects whose
+    __getitem__ the workers run."""
+    found = [dataset]
+    if depth > 1 and hasattr(dataset, "__dict__"):
+        for value in vars(dataset).values():
+            inner = value if isinstance(value, (list, tuple)) else [value]
+            for item in inner[:8]:
+                if hasattr(item, "__getitem__") and hasattr(item, "__dict__") and not isinstance(item, type):
+                    found += datasets_within(item, depth - 1)
+    return found
+
+
+def getitem_store(datasets: list[Any]) -> tuple[type, str, Any, str] | None:
+    """(dataset class, attribute, its container here, 'file:line') of the first line of a dataset's
+    __getitem__ (or __getitems__), in the user's code, that stores into a container attribute of the
+    dataset (`self.samples.append(img)`): the workers run it, each on its own copy of the dataset, so the
+    container grows in every worker while this process's stays as it was. Read from the source: the
+    workers' objects cannot be seen from here."""
+    for dataset in datasets:
+        for held in datasets_within(dataset):
+            for method in ("__getitem__", "__getitems__"):
+                code = getattr(getattr(type(held), method, None), "__code__", None)
+                if code is None or not is_user_file(code.co_filename):
+                    continue
+                for attr, line in stored_attributes(code):
+                    value = vars(held).get(attr) if hasattr(held, "__dict__") else None
+                    if isinstance(value, CONTAINERS):
+                        return type(held), attr, value, f"{short_path(code.co_filename)}:{line}"
+    return None
+
+
 def loader_rule(loader_type: type, probe: CopiedPages) -> Rule:
     """Workers that copy the pages of their dataset's Python container: on the copied bytes where the pagemap
-    probe reads them, else on the workers' USS when a dataset keeps its samples in a Python container.
-    Without one, the process integration's rule reports the workers."""
+    probe reads them, else on the workers' growth when a dataset keeps its samples in a Python container,
+    or when its __getitem__ stores into one (each worker's copy grows). Without either, the process
+    integration's rule reports the workers."""
 
     def dataloader_workers(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         unexplained = ev.unexplained(accepted)
-        explains = (COPIED, "workers_uss_bytes", "workers_pss_bytes")
+        explains = (COPIED, GROWN, NEW)
         copied = probe.copied
         if COPIED in unexplained and ev.survives(COPIED) and copied is not None:
-            uss, now = ev.end.after("workers_uss_bytes"), ev.end.after(COPIED) or 0.0
+            grown, now = ev.end.after(GROWN), ev.end.after(COPIED) or 0.0
             return [ev.finding(
                 "dataloader_workers", COPIED, location=copied.location(), explains=explains,
                 evidence=f"{ev.describe(COPIED)}: the forked DataLoader workers have copied "
@@ -470,26 +503,46 @@ def loader_rule(loader_type: type, probe: CopiedPages) -> Rule:
                          f"pages holding {copied.name}, {copied.description}, pages they only read: each read "
                          f"writes the object's reference count, so the page holding it is copied into the worker "
                          f"(copy-on-write, pytorch#13246), until each worker holds a copy of all of it"
-                         + (f"; the workers' USS is {format_value(uss, 'bytes')}" if uss else ""),
+                         + (f"; what the workers hold alone grew {format_value(grown, 'bytes')} since they "
+                            f"started" if grown else ""),
                 recommendation=loader_advice(copied.name, copied.kind))]
-        metric = "workers_uss_bytes"
-        if metric not in unexplained or not ev.survives(metric):
+        if GROWN not in unexplained or not ev.survives(GROWN):
             return []
-        found = largest_container(worker_datasets(loader_type))
+        datasets = worker_datasets(loader_type)
+        found = largest_container(datasets)
         if found is None:
-            return []
+            return stored_in_workers(ev, datasets, explains)
         dataset, attr, container = found
         owner = type(dataset)
         name = f"{owner.__qualname__}.{attr}"
         return [ev.finding(
-            "dataloader_workers", metric, location=f"{name} ({code_location(owner)})", explains=explains,
-            evidence=f"{ev.describe(metric)}; the DataLoader workers read {name}, a Python "
+            "dataloader_workers", GROWN, location=f"{name} ({code_location(owner)})", explains=explains,
+            evidence=f"{ev.describe(GROWN)}; the DataLoader workers read {name}, a Python "
                      f"{type(container).__name__} of {len(container)} objects: each read writes the object's "
                      f"reference count, so the page holding it is copied into the worker "
                      f"(copy-on-write, pytorch#13246)",
             recommendation=loader_advice(name, type(container).__name__))]
 
     return Rule(35, dataloader_workers)
+
+
+def stored_in_workers(ev: Evidence, datasets: list[Any], explains: tuple[str, ...]) -> list[Finding]:
+    """The workers' growth named by the line of a dataset's __getitem__ that stores into its container."""
+    found = getitem_store(datasets)
+    if found is None:
+        return []
+    owner, attr, container, line = found
+    name, kind = f"{owner.__qualname__}.{attr}", type(container).__name__
+    return [ev.finding(
+        "dataloader_workers", GROWN, location=f"{name} ({line})", explains=explains,
+        evidence=f"{ev.describe(GROWN)} in the DataLoader workers' memory of their own; "
+                 f"{owner.__qualname__}.__getitem__, which each worker runs on its own copy of the dataset, "
+                 f"stores into {name} ({line}): every sample a worker loads is kept in its copy of the "
+                 f"{kind}, which grows until the worker ends (here it holds {len(container)} items, "
+                 f"as the workers' copies did when they started)",
+        recommendation=f"do not keep samples on the dataset in __getitem__: each worker keeps its own copy of "
+                       f"{name}, none of which the training loop sees; cache in the main process, or preprocess "
+                       f"once into a numpy array or a memory-mapped file before the DataLoader starts")]
 
 
 # --- the integration ----------------------------------------------------------------------------------
