@@ -310,6 +310,54 @@ def test_activations_kept_within_one_fit_are_found_on_the_batch_clock():
     assert found["rate_per_step"] >= batches * 64 * 64 * 4  # per call: at least each batch's kept activation
 
 
+def native_growth_in_fits(leaking_fits: tuple[int, ...], fits: int = 3, batches: int = 160) -> dict:
+    """`fits` fits of one model (torch backend), a callback of the user's allocating 256 KiB of C memory
+    (malloc, touched, never freed) after every batch of the fits numbered in `leaking_fits` (from 1)."""
+    import ctypes
+
+    keras = keras_on("torch")
+    from leakdoctor.callbacks.keras import LeakDoctorCallback
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    kept: list[int] = []
+
+    class Allocating(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fit = 0
+
+        def on_train_begin(self, logs=None):
+            self.fit += 1
+
+        def on_train_batch_end(self, batch, logs=None):
+            if self.fit in leaking_fits:
+                chunk = libc.malloc(256 * 1024)
+                ctypes.memset(chunk, 1, 256 * 1024)
+                kept.append(chunk)
+
+    x, y = regression_data(64 * batches, 32)
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    doctor, allocating = LeakDoctorCallback(memory_limit=LIMIT, verbose=False), Allocating()
+    for _ in range(fits):
+        model.fit(x, y, epochs=1, batch_size=64, verbose=0, callbacks=[doctor, allocating])
+    return doctor.finish().to_dict()
+
+
+def test_native_growth_within_the_first_fit_only_is_withdrawn_once_later_fits_do_not_repeat_it():
+    """A fit sees its own batches alone: growth that stops when the fit ends (a backend's caches filling
+    in the first fit) looks like a leak there. The two fits after it, watched, grow nothing: the finding
+    stays in the summary, withdrawn, and the run is clean. The same growth in every fit stays a leak."""
+    once = isolated(native_growth_in_fits, (1,))
+    [found] = [f for f in once["findings"] if f["cause"] == "native_memory"]
+    assert (found["state"], found["severity"], found["first_step"]) == ("withdrawn", None, 1), found
+    assert found["reason"] and once["verdict"] == "clean", once["findings"]
+    every = isolated(native_growth_in_fits, (1, 2, 3))
+    assert every["verdict"] == "leak", every["findings"]
+    assert finding(every, "native_memory")["state"] == "leak"
+
+
 # --- a fit that raises, reuse, finish ----------------------------------------------------------------
 
 class Stop(Exception):

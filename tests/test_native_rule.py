@@ -16,7 +16,7 @@ import pytest
 from helpers import isolated, says
 
 from leakdoctor.integrations import Cleanup, MetricSpec
-from leakdoctor.integrations.process import RssProbe, malloc_in_use, malloc_trim
+from leakdoctor.integrations.process import RssProbe, malloc_in_use, malloc_trim, python_slack
 from leakdoctor.judging.detect import Trend
 from leakdoctor.judging.diagnosis import fallback
 from leakdoctor.judging.evidence import HEAP, MAPPED, Evidence, Ladder
@@ -142,4 +142,50 @@ def test_a_worker_threads_freed_temporary_that_stays_resident_is_a_note_not_nati
 @needs_glibc
 def test_the_same_memory_kept_by_the_worker_thread_is_native_memory():
     survived, causes, notes = isolated(judge_window, kept=True)
+    assert survived and causes == ["native_memory"], (causes, notes)
+
+
+def judge_python_window(keep_every: int) -> tuple[bool, list[str], dict[str, str]]:
+    """In a fresh process: real ladders at a window's start, middle and end, with 200,000 small Python
+    objects made in the first half and 400,000 in the second (past the slots the first half left free),
+    of which every `keep_every`-th is kept: one in a hundred leaves Python's arenas mapped around a few
+    objects (fragmentation, tens of MiB), every one keeps them all in use.
+    Returns whether resident memory survived the ladders, the fallback's causes and the notes."""
+    held: list[object] = []
+    probe, trim = RssProbe(limit=None), malloc_trim()
+    assert trim is not None
+    cleanups = [Cleanup("malloc_trim", trim, settle=True)]
+    ladders = []
+    for step in (0, 4, 8):
+        if step:
+            made = [(i, float(i)) for i in range(50_000 * step)]
+            held.extend(made[::keep_every])
+            del made
+        ladders.append(run_ladder(cleanups, probe.read_now, Guard(), step))
+    probe.close()
+    trend = Trend("growing", slope=MIB / 4)
+    ev = Evidence(start_step=0, end_step=8, suspects={RSS: trend}, trends={RSS: trend},
+                  specs={RSS: MetricSpec(RSS, "bytes", source="process")}, begin=ladders[0], middle=ladders[1],
+                  end=ladders[2], reports={})
+    return ev.survives(RSS), [f.cause for f in fallback(ev, [])], ev.notes
+
+
+needs_python_slack = pytest.mark.skipif(python_slack() is None or python_slack()() is None,
+                                        reason="needs CPython's small-object allocator statistics")
+
+
+@needs_glibc
+@needs_python_slack
+def test_python_arenas_left_mapped_around_a_few_objects_are_not_newly_allocated_memory():
+    """Arenas that Python keeps mapped for the few objects still in them are no native allocation: the
+    fallback notes the resident growth instead of calling it native_memory."""
+    survived, causes, notes = isolated(judge_python_window, keep_every=100)
+    assert survived and causes == [], (causes, notes)
+    assert says(notes[RSS], "not_a_leak", "nothing_allocated"), notes
+
+
+@needs_glibc
+@needs_python_slack
+def test_the_same_objects_all_kept_are_newly_allocated_memory():
+    survived, causes, notes = isolated(judge_python_window, keep_every=1)
     assert survived and causes == ["native_memory"], (causes, notes)

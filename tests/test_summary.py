@@ -322,6 +322,24 @@ def test_a_proven_cause_too_slow_to_matter_is_kept_as_minor_and_an_unproven_one_
     assert summary.verdict == "clean" and summary.minor == [kept]
 
 
+def test_models_still_referenced_after_a_full_collection_are_proven_whatever_resident_memory_did():
+    """Keras models that a sweep keeps (the models rule saw them still referenced after gc.collect()),
+    where resident memory fell back over the run (the allocator cache's remedy trimmed what the fits
+    left): minor at the holder, not withdrawn. The same finding with the old models freed is withdrawn."""
+    from leakdoctor.integrations.keras import NewModels
+    from leakdoctor.reporting.report import final_findings
+
+    mib = 2.0**20
+    monitor, settings = _fed_monitor(lambda step: 300 * mib - 1024.0 * step, 400)
+    kept = Finding("python_objects", "rss_bytes", first_step=21, detected_step=60, rate_per_step=mib,
+                   unit="bytes", location="global models (sweep.py:85)", evidence="models kept",
+                   recommendation="drop them", subject=NewModels(4, 4, 0, 4, 400e3, 1.1 * mib))
+    freed = dataclasses.replace(kept, location="fit() at sweep.py:84", subject=NewModels(4, 4, 2, 0, 400e3, 1.1 * mib))
+    listed, dropped = final_findings([kept, freed], monitor, settings)
+    assert (listed.state, listed.severity, listed.location) == ("minor", "minor", "global models (sweep.py:85)")
+    assert dropped.state == "withdrawn" and dropped.reason
+
+
 # --- the printed text of real runs: its structure, not its prose ------------------------------------------
 
 def torch_run(hooks: bool, remedies: str, steps: int = 150) -> Summary:

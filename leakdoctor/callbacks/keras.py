@@ -63,7 +63,7 @@ from leakdoctor.integrations import Integration
 from leakdoctor.integrations import keras as keras_integration
 from leakdoctor.lifecycle import stopping, termination
 from leakdoctor.lifecycle.guard import Guard
-from leakdoctor.reporting import ranks
+from leakdoctor.reporting import ranks, report
 from leakdoctor.reporting.exporter import Publisher
 from leakdoctor.reporting.summary import Finding, Summary, format_value
 from leakdoctor.settings import DoctorOptions, documented, reject_unknown
@@ -242,7 +242,7 @@ class _Record:
     open: list[str] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     batches: int = 0
-    watched_fits: int = 0  # fits whose batches were watched long enough for a verdict
+    watched: list[int] = dataclasses.field(default_factory=list)  # fits whose batches were watched for a verdict
     fit_probe_seconds: float = 0.0
 
     def end_fit(self, exception: BaseException | None = None) -> Summary | None:
@@ -253,7 +253,8 @@ class _Record:
             return None
         fit.take_step()
         batches = fit.doctor.finish(exception)
-        self.watched_fits += batches.unwatched is None
+        if batches.unwatched is None:
+            self.watched.append(fit.number)
         ended = _Fit.ended(fit.number, fit.doctor.label, batches)
         self.fit_probe_seconds += ended.probe_seconds
         if ended.findings or ended.notes or ended.errors or ended.stopped or ended.oom:  # a clean fit leaves nothing
@@ -283,7 +284,7 @@ class _Record:
             for finding in fit.findings:
                 if finding.key not in keys:
                     keys.add(finding.key)
-                    findings.append(finding)
+                    findings.append(unrepeated(finding, fit.number, self.fits + now, self.watched))
             notes += fit.notes
             errors += fit.errors
             probe_seconds += fit.probe_seconds
@@ -297,7 +298,7 @@ class _Record:
         ender = next((fit for fit in fits if fit.stopped), None)
         stopped, by = (ender.stopped, ender.stopped_by) if ender else (calls.stopped, calls.stopped_by)
         died = next((fit.oom for fit in reversed(fits) if fit.oom), calls.oom)
-        watched = self.watched_fits or (batches is not None and batches.unwatched is None)
+        watched = bool(self.watched) or (batches is not None and batches.unwatched is None)
         return dataclasses.replace(calls, findings=findings, notes=notes, errors=errors, overhead=overhead,
                                    stopped=stopped, stopped_by=by, oom=died,
                                    unwatched=None if watched else calls.unwatched)
@@ -551,6 +552,29 @@ def per_call(finding: Finding, call: int, batches: int, label: str) -> Finding:
         detected_rate=scale(finding.detected_rate), rate_interval=interval, remedy=remedy,
         evidence=f"within {label} ({batches} batches; from batch {finding.first_step}, "
                  f"{format_value(finding.rate_per_step, finding.unit)} per batch): {finding.evidence}")
+
+
+#: Later fits, watched, that must not show a growth found within one fit for it to be that fit's alone.
+LATER_FITS = 2
+
+
+def unrepeated(finding: Finding, number: int, fits: list[_Fit], watched: list[int]) -> Finding:
+    """A fit's leak that no later fit repeated, withdrawn with the reason: growth that the evidence names
+    only by its rate (native memory, Python objects; not a proven cause) found within fit `number`, where
+    at least LATER_FITS later fits were watched and none found the same cause on the same metric. A fit
+    sees its batches alone and cannot tell a growth that stops after it (the first fit's one-time native
+    caches: a backend's kernel and primitive caches filling) from one that goes on; the later fits can,
+    as they train the same way. Else the finding as it is."""
+    later = [n for n in watched if n > number]
+    if finding.final_state != "leak" or report.proven(finding) or len(later) < LATER_FITS:
+        return finding
+    if any((f.cause, f.metric) == (finding.cause, finding.metric)
+           for fit in fits if fit.number > number for f in fit.findings):
+        return finding
+    return dataclasses.replace(
+        finding, state="withdrawn", severity=None,
+        reason=f"{finding.metric} grew within fit() call {number} only: the {len(later)} fits watched after it "
+               f"did not grow so")
 
 
 def _count(n: int, noun: str) -> str:

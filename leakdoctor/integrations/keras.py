@@ -146,7 +146,7 @@ class Calls:
 
     def probe(self) -> FunctionProbe:
         """Models this callback worked with: how many, how many are still in memory, and their size."""
-        specs = {ALIVE: MetricSpec(ALIVE, "count", role="supporting", source="keras", where="models not yet freed"),
+        specs = {ALIVE: MetricSpec(ALIVE, "count", source="keras", where="models not yet freed"),
                  SEEN: MetricSpec(SEEN, "count", role="supporting", source="keras", where="models used"),
                  SIZE: MetricSpec(SIZE, "bytes", role="supporting", source="keras", where="the latest model")}
         return FunctionProbe("keras_models", lambda: {ALIVE: float(self.alive), SEEN: float(self.seen),
@@ -289,13 +289,15 @@ def _memory(ev: Evidence, accepted: list[Finding]) -> list[str]:
 
 
 def _held_models_memory(ev: Evidence, accepted: list[Finding]) -> list[str]:
-    """Resident memory that grew in the window, when the old models are still referenced after the
-    ladder's gc.collect(): what the C heap cached around them may have been taken back by malloc_trim
-    (a sweep's fits move tens of MiB through the heap, more than a kept model holds), but each model kept
-    holds its variables and optimizer state for good. [RSS], or none."""
-    if RSS not in ev.unexplained(accepted) or not model_turnover(ev).referenced:
+    """When the old models are still referenced after the ladder's gc.collect(): resident memory that grew
+    in the window (what the C heap cached around them may have been taken back by malloc_trim: a sweep's
+    fits move tens of MiB through the heap, more than a kept model holds, but each model kept holds its
+    variables and optimizer state for good), else the count of models alive where that raised the
+    suspicion (an exact count shows the pile before resident memory's noise does). [RSS], [ALIVE] or none."""
+    if not model_turnover(ev).referenced:
         return []
-    return [RSS]
+    unexplained = ev.unexplained(accepted)
+    return [RSS] if RSS in unexplained else [ALIVE] if ALIVE in unexplained else []
 
 
 def _kept(ev: Evidence, metric: str) -> bool:
@@ -321,6 +323,7 @@ def models_rule(calls: Calls) -> Rule:
         if new < max(2, ev.steps // 2):
             return []
         compiles = (COMPILES,) if COMPILES in ev.unexplained(accepted) else ()
+        alive = (ALIVE,) if ALIVE in ev.unexplained(accepted) else ()
         memory = _memory(ev, accepted)
         where = f"{calls.kind}() at {calls.site}" if calls.site else f"{calls.kind}()"
         models = f"{new} new models in {ev.steps} calls of {where}"
@@ -334,9 +337,10 @@ def models_rule(calls: Calls) -> Rule:
                                "compile time matters")] if compiles else []
         metric = memory[0]
         turnover = model_turnover(ev, metric)
-        explains = tuple(dict.fromkeys([*memory, *compiles]))
-        size = (f"; memory grew {format_value(turnover.growth_per_model, 'bytes')} per new model, which holds "
-                f"{format_value(turnover.model_bytes, 'bytes')} (variables and optimizer state)")
+        explains = tuple(dict.fromkeys([*memory, *compiles, *alive]))
+        held = f"{format_value(turnover.model_bytes, 'bytes')} (variables and optimizer state)"
+        size = f"; each model holds {held}" if metric == ALIVE else \
+            f"; memory grew {format_value(turnover.growth_per_model, 'bytes')} per new model, which holds {held}"
         also = "".join(f"; {ev.describe(m)}" for m in memory[1:])
         if not (turnover.referenced or turnover.piling or _kept(ev, metric)):
             refault = "; what survived the cleanups is pages that malloc_trim gave back, touched again (malloc's " \

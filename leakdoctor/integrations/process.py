@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
+import re
 import sys
 import time
 import tracemalloc
@@ -100,7 +101,10 @@ class RssProbe:
     """Resident memory, less tracemalloc's own memory while an investigation traces allocations. The
     cleanup ladder also reads what backs it (`read_now`): malloc's bytes in use and the mapped address
     space, by which an investigation tells memory newly allocated from pages that the allocator touches
-    again after a ladder's malloc_trim returned them (Evidence.refilled)."""
+    again after a ladder's malloc_trim returned them (Evidence.refilled). The mapped size leaves out
+    what Python's small-object arenas map beyond the objects in them (python_slack): a few hundred objects
+    that come and go map 1 MiB at a time, more than a window of steps refaults. While tracemalloc traces
+    (the middle of an investigation's window), that slack cannot be read, and the last one read stands."""
 
     name = "rss"
     every = 1
@@ -110,6 +114,8 @@ class RssProbe:
     def __init__(self, limit: float | None) -> None:
         self._read = RssReader()
         self._heap = malloc_in_use()
+        self._slack = python_slack()
+        self._last_slack = 0.0
         self._specs = {"rss_bytes": MetricSpec("rss_bytes", "bytes", limit=limit, source="process"),
                        HEAP: MetricSpec(HEAP, "bytes", source="process"),
                        MAPPED: MetricSpec(MAPPED, "bytes", source="process")}
@@ -122,7 +128,10 @@ class RssProbe:
 
     def read_now(self) -> Mapping[str, float]:
         traced = tracemalloc.get_tracemalloc_memory() if tracemalloc.is_tracing() else 0
-        readings = {"rss_bytes": self._read() - traced, MAPPED: self._read.mapped() - traced}
+        readings = {"rss_bytes": self._read() - traced}
+        slack = self._slack() if self._slack is not None else 0.0
+        self._last_slack = self._last_slack if slack is None else slack  # unknown while tracing: the last stands
+        readings[MAPPED] = self._read.mapped() - traced - self._last_slack
         if self._heap is not None:
             readings[HEAP] = self._heap() - traced
         return readings
@@ -317,6 +326,49 @@ def malloc_in_use() -> Callable[[], float] | None:
         return float(info.uordblks + info.hblkhd)
 
     return in_use
+
+
+#: What CPython's _PyObject_DebugMallocStats prints: the arenas its small-object allocator has mapped,
+#: and the bytes of the blocks in them that objects use.
+_ARENAS = re.compile(rb"(\d+) arenas \* (\d+) bytes/arena")
+_IN_USE = re.compile(rb"# bytes in allocated blocks\s*=\s*([\d,]+)")
+
+
+def python_slack() -> Callable[[], float | None] | None:
+    """Bytes that CPython's small-object allocator has mapped and no object uses: its arenas (1 MiB
+    each on 3.10+) less their allocated blocks, read from `_PyObject_DebugMallocStats` into a temporary
+    file; None where the interpreter or libc lacks it. The reader gives None while tracemalloc traces (its
+    hooks stand in front of that allocator, which then prints nothing), 0 where Python does not use it
+    (PYTHONMALLOC=malloc). An arena is mapped for the next small object and stays while one object lives
+    in it, so a few hundred objects that come and go can map a MiB: the ladder leaves that out of the
+    mapped size, by which it tells new allocations from pages touched again. A walk of the arenas: a
+    ladder's read, not a sample's."""
+    try:
+        libc, stats = ctypes.CDLL(None), ctypes.pythonapi._PyObject_DebugMallocStats
+        tmpfile, fflush, fileno, fclose = libc.tmpfile, libc.fflush, libc.fileno, libc.fclose
+    except (OSError, AttributeError):
+        return None
+    tmpfile.restype = ctypes.c_void_p
+    stats.argtypes = fflush.argtypes = fileno.argtypes = fclose.argtypes = [ctypes.c_void_p]
+
+    def slack() -> float | None:
+        if tracemalloc.is_tracing():
+            return None
+        stream = tmpfile()
+        if not stream:  # no descriptor or no space for it
+            return None
+        try:
+            stats(stream)
+            fflush(stream)
+            text = os.pread(fileno(stream), 1 << 20, 0)
+        finally:
+            fclose(stream)
+        arenas, in_use = _ARENAS.search(text), _IN_USE.search(text)
+        if arenas is None or in_use is None:
+            return 0.0
+        return float(int(arenas[1]) * int(arenas[2]) - int(in_use[1].replace(b",", b"")))
+
+    return slack
 
 
 def malloc_trim() -> Callable[[], object] | None:

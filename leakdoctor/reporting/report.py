@@ -29,10 +29,12 @@ PROVEN_CAUSES = frozenset({"lazy_graph", "compile_cache", "hook_accumulation", "
 
 
 def proven(finding: Finding) -> bool:
-    """Does the evidence prove the cause, whatever its rate? The causes above, and arrays or a container
-    kept by a named holder (its place is known)."""
+    """Does the evidence prove the cause, whatever its rate? The causes above, arrays or a container kept
+    by a named holder (its place is known), and objects that a rule saw still referenced after a full
+    collection (its subject's `referenced`: Keras models that the program keeps)."""
     return finding.cause in PROVEN_CAUSES or (
-        finding.cause in ("device_arrays", "container_growth") and finding.location is not None)
+        finding.cause in ("device_arrays", "container_growth") and finding.location is not None) or \
+        getattr(finding.subject, "referenced", False) is True
 
 
 def final_findings(findings: list[Finding], monitor: Monitor, settings: Settings) -> list[Finding]:
