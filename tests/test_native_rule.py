@@ -109,16 +109,26 @@ def judge_window(kept: bool) -> tuple[bool, list[str], dict[str, str]]:
     held: list[int] = []
     worker = ThreadPoolExecutor(max_workers=1)
     _in_the_worker(worker, 30 * MIB)
+    try:
+        return judge_real_ladders(lambda step: _in_the_worker(worker, (16 + step) * MIB, held if kept else None))
+    finally:
+        worker.shutdown()
+
+
+def judge_real_ladders(work: Callable[[int], object]) -> tuple[bool, list[str], dict[str, str]]:
+    """Real ladders (resident memory, malloc's bytes in use and the mapped size, each read after a real
+    malloc_trim) at steps 0, 4 and 8, `work(step)` done before the last two; the window judged as growing
+    by a quarter MiB a step. Whether resident memory survived the ladders, the fallback's causes and the
+    notes."""
     probe, trim = RssProbe(limit=None), malloc_trim()
     assert trim is not None
     cleanups = [Cleanup("malloc_trim", trim, settle=True)]
     ladders = []
     for step in (0, 4, 8):
         if step:
-            _in_the_worker(worker, (16 + step) * MIB, held if kept else None)
+            work(step)
         ladders.append(run_ladder(cleanups, probe.read_now, Guard(), step))
     probe.close()
-    worker.shutdown()
     trend = Trend("growing", slope=MIB / 4)
     ev = Evidence(start_step=0, end_step=8, suspects={RSS: trend}, trends={RSS: trend},
                   specs={RSS: MetricSpec(RSS, "bytes", source="process")}, begin=ladders[0], middle=ladders[1],
@@ -152,22 +162,12 @@ def judge_python_window(keep_every: int) -> tuple[bool, list[str], dict[str, str
     objects (fragmentation, tens of MiB), every one keeps them all in use.
     Returns whether resident memory survived the ladders, the fallback's causes and the notes."""
     held: list[object] = []
-    probe, trim = RssProbe(limit=None), malloc_trim()
-    assert trim is not None
-    cleanups = [Cleanup("malloc_trim", trim, settle=True)]
-    ladders = []
-    for step in (0, 4, 8):
-        if step:
-            made = [(i, float(i)) for i in range(50_000 * step)]
-            held.extend(made[::keep_every])
-            del made
-        ladders.append(run_ladder(cleanups, probe.read_now, Guard(), step))
-    probe.close()
-    trend = Trend("growing", slope=MIB / 4)
-    ev = Evidence(start_step=0, end_step=8, suspects={RSS: trend}, trends={RSS: trend},
-                  specs={RSS: MetricSpec(RSS, "bytes", source="process")}, begin=ladders[0], middle=ladders[1],
-                  end=ladders[2], reports={})
-    return ev.survives(RSS), [f.cause for f in fallback(ev, [])], ev.notes
+
+    def make(step: int) -> None:
+        made = [(i, float(i)) for i in range(50_000 * step)]
+        held.extend(made[::keep_every])
+
+    return judge_real_ladders(make)
 
 
 needs_python_slack = pytest.mark.skipif(python_slack() is None or python_slack()() is None,
