@@ -18,7 +18,9 @@ its series and findings are the callback's one history, and its steps are calls.
 keeping tensors, retracing on every batch) memory grows by batch: each fit also gets a doctor of its own,
 which steps on every training batch (validation batches are not steps; the step is taken when the next
 batch begins, so that Keras keeps running batch-end callbacks off the training thread); its findings
-join the history as findings of that call, their rates per call.
+join the history as findings of that call, their rates per call. A fit cannot tell growth that stops
+when it ends (the first fit's one-time caches) from a leak: a fit's finding named only by its rate, which
+no later fit repeats (LATER_FITS of them watched), is withdrawn, with the reason.
 
 At each epoch end the fit's latest readings go into `logs` as `<log_prefix>/<metric>`, so CSVLogger,
 TensorBoard and History record them: list LeakDoctorCallback before them. At the end of every fit the
