@@ -126,15 +126,20 @@ def _parse(filename: str, size: int) -> ast.Module | None:
         return None
 
 
-def source_line(code: Any, wanted: Callable[[ast.AST], bool]) -> int | None:
-    """The first line inside `code`'s function (or module) where a node satisfies `wanted`."""
+def _nodes_of(code: Any) -> list[ast.AST]:
+    """The syntax nodes inside `code`'s function (or module), from its file's source; none where that
+    cannot be parsed."""
     tree = _parse(code.co_filename, len(linecache.getlines(code.co_filename)))
     if tree is None:
-        return None
+        return []
     lines = [line for _, _, line in code.co_lines() if line is not None]
     first, last = code.co_firstlineno, max(lines, default=code.co_firstlineno)
-    hits = [n.lineno for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last and wanted(n)]
-    return min(hits) if hits else None
+    return [n for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last]
+
+
+def source_line(code: Any, wanted: Callable[[ast.AST], bool]) -> int | None:
+    """The first line inside `code`'s function (or module) where a node satisfies `wanted`."""
+    return min((n.lineno for n in _nodes_of(code) if wanted(n)), default=None)
 
 
 #: Methods that store into a container.
@@ -146,14 +151,21 @@ def _names(node: ast.AST, name: str) -> bool:
     return (isinstance(node, ast.Name) and node.id == name) or (isinstance(node, ast.Attribute) and node.attr == name)
 
 
+def _stored_into(node: ast.AST) -> list[ast.AST]:
+    """What a node stores into: `x` of `x.append(...)` (or another storing method), of `x[key] = ...` and
+    of `x += ...` / `x[key] += ...`; none for other nodes."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in STORES:
+        return [node.func.value]
+    if isinstance(node, ast.Assign):
+        return [t.value for t in node.targets if isinstance(t, ast.Subscript)]
+    if isinstance(node, ast.AugAssign):
+        return [node.target.value if isinstance(node.target, ast.Subscript) else node.target]
+    return []
+
+
 def _stores_into(node: ast.AST, name: str) -> bool:
     """`name.append(...)` (or another storing method), `name[key] = ...`, `name += ...`."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in STORES:
-        return _names(node.func.value, name)
-    if isinstance(node, ast.Assign):
-        return any(isinstance(t, ast.Subscript) and _names(t.value, name) for t in node.targets)
-    return isinstance(node, ast.AugAssign) and (_names(node.target, name) or isinstance(node.target, ast.Subscript)
-                                                and _names(node.target.value, name))
+    return any(_names(target, name) for target in _stored_into(node))
 
 
 def stored_attributes(code: Any) -> list[tuple[str, int]]:
@@ -162,31 +174,10 @@ def stored_attributes(code: Any) -> list[tuple[str, int]]:
     keeps on its object each time it runs."""
     if not code.co_varnames or code.co_argcount < 1:
         return []
-    tree = _parse(code.co_filename, len(linecache.getlines(code.co_filename)))
-    if tree is None:
-        return []
     owner = code.co_varnames[0]
-    lines = [line for _, _, line in code.co_lines() if line is not None]
-    first, last = code.co_firstlineno, max(lines, default=code.co_firstlineno)
-    found = set()
-    for node in ast.walk(tree):
-        if first <= getattr(node, "lineno", 0) <= last:
-            found.update((attr, node.lineno) for attr in _attributes_stored(node, owner))
+    found = {(target.attr, node.lineno) for node in _nodes_of(code) for target in _stored_into(node)
+             if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == owner}
     return sorted(found, key=lambda f: f[1])
-
-
-def _attributes_stored(node: ast.AST, owner: str) -> list[str]:
-    """The attributes of `owner` that a node stores into (a storing method's call, an item set, `+=`)."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in STORES:
-        targets = [node.func.value]
-    elif isinstance(node, ast.Assign):
-        targets = [t.value for t in node.targets if isinstance(t, ast.Subscript)]
-    elif isinstance(node, ast.AugAssign):
-        targets = [node.target.value if isinstance(node.target, ast.Subscript) else node.target]
-    else:
-        return []
-    return [t.attr for t in targets
-            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == owner]
 
 
 def storing_line(filename: str, first: int, last: int, name: str) -> int | None:
