@@ -25,7 +25,7 @@ from leakdoctor.callbacks.flax import LeakDoctor
 from leakdoctor.examples import old_radam as old_radam_module
 from leakdoctor.examples.old_radam import old_radam
 from leakdoctor.integrations import MetricSpec
-from leakdoctor.integrations.jax import compile_cache
+from leakdoctor.integrations.jax import ArrayGrowth, compile_cache, live_arrays
 from leakdoctor.judging.detect import Trend, theil_sen
 from leakdoctor.judging.evidence import Evidence, Ladder
 
@@ -389,3 +389,25 @@ def test_a_jit_cache_of_bucketed_shapes_that_fills_then_plateaus_is_clean():
     as it first comes) was a false alarm; the run must end clean."""
     summary = isolated(corpus_run, "jax_bucketed_shapes")
     assert summary["verdict"] == "clean" and kept(summary) == [], (summary["findings"], summary["notes"])
+
+
+def test_arrays_kept_at_a_third_of_the_suspected_rate_are_device_arrays_when_the_window_saw_more():
+    """nnx_state_cache (textbook benchmark, 1 run in 3): resident memory alone raised the suspicion at
+    294 KiB a step, the window saw 686 KiB a step (malloc's noise), and the arrays kept in it were 204 KiB
+    a step: under a third of the window's growth, most of the suspected rate. They are the leak, not
+    native memory that no counter accounts for."""
+    kib = 2**10
+    specs = {"rss_bytes": MetricSpec("rss_bytes", "bytes", source="process")}
+
+    def ladder(step: int, rss: float) -> Ladder:
+        return Ladder([("before", {"rss_bytes": rss})], step=step)
+
+    rss = Trend("growing", slope=294 * kib)
+    growth = ArrayGrowth([("float32[784,64] on cpu", 8, 8 * 200 * kib), ("float32[64,10] on cpu", 8, 8 * 4 * kib)])
+    ev = Evidence(start_step=56, end_step=64, suspects={"rss_bytes": rss}, trends={"rss_bytes": rss}, specs=specs,
+                  begin=ladder(56, 400 * 2**20), middle=ladder(60, 400 * 2**20 + 4 * 686 * kib),
+                  end=ladder(64, 400 * 2**20 + 8 * 686 * kib), reports={"jax_live_arrays": growth})
+    (found,) = live_arrays(ev, [])
+    assert (found.cause, found.metric) == ("device_arrays", "rss_bytes") and "rss_bytes" in found.explains
+    thin = ArrayGrowth([("float32[64,10] on cpu", 8, 8 * 40 * kib)])  # a tenth of the rate: not the cause
+    assert live_arrays(Evidence(**{**ev.__dict__, "reports": {"jax_live_arrays": thin}, "notes": {}}), []) == []

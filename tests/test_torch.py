@@ -6,6 +6,7 @@ CUDA allocator rule on hand-built evidence (no GPU here), and the merge of ranks
 
 from __future__ import annotations
 
+import inspect
 import json
 import weakref
 from collections import deque
@@ -22,12 +23,14 @@ from leakdoctor.integrations import MetricSpec
 from leakdoctor.integrations.holders import Holder
 from leakdoctor.integrations.python import code_location
 from leakdoctor.integrations.torch import device_rule
+from leakdoctor.integrations.torch_graphs import TensorCensus, retained_rule
 from leakdoctor.judging.detect import Trend
 from leakdoctor.judging.evidence import Evidence, Ladder
 from leakdoctor.remedies.base import RemedyContext
 from leakdoctor.remedies.detach_retained import DetachRetained, Packer, detached
 from leakdoctor.remedies.remove_hooks import drop_repeats
 from leakdoctor.reporting.ranks import merge
+from leakdoctor.reporting.report import proven
 from leakdoctor.reporting.summary import Finding, Summary
 
 
@@ -204,6 +207,75 @@ def test_running_total_with_graph_is_found_and_detached_in_place():
     assert remedy["name"] == "detach_retained" and remedy["effective"] is True
     assert remedy["rate_after"] <= 0.1 * found["rate_per_step"]
     assert result["graph_freed"]
+
+def one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, batches: list, doctor: LeakDoctor) -> torch.Tensor:
+    """An epoch of the textbook loop's shape: a function called again each epoch, whose running total
+    starts anew (a new frame, a new tensor) and chains every step's graph to the last."""
+    x_val, y_val = torch.randn(128, 64), torch.randn(128, 1)
+    epoch_total = 0.0
+    for x, y in batches:
+        train_step(model, optimizer, x, y)
+        epoch_total += F.mse_loss(model(x_val), y_val)  # each epoch's total, chained
+        doctor.step()
+    return epoch_total
+
+
+def running_totals_per_epoch(epochs: int, steps: int) -> dict:
+    model, optimizer, batches = setup()
+    with LeakDoctor(model=model, optimizer=optimizer, remedies="all", **EVERY_STEP) as doctor:
+        totals = [one_epoch(model, optimizer, [batches[i % len(batches)] for i in range(steps)], doctor)
+                  for _ in range(epochs)]
+    return {"summary": doctor.summary.to_dict(), "graphs": [t.grad_fn is not None for t in totals]}
+
+
+def test_a_running_total_started_anew_each_epoch_is_detached_in_every_epoch():
+    result = isolated(running_totals_per_epoch, 4, 100)
+    summary = result["summary"]
+    (found,) = named(summary, "retained_graph")
+    assert found["location"].startswith("epoch_total in one_epoch() (tests/test_torch.py:")
+    assert found["remedy"]["name"] == "detach_retained" and found["remedy"]["effective"] is True, found
+    assert found["state"] == "remedied" and summary["verdict"] == "remedied"
+    assert result["graphs"][-1] is False  # the last epoch's total, a new tensor in a new call, detached too
+
+
+def test_a_running_total_chaining_graphs_is_proven_in_a_window_where_malloc_trim_took_memory_back():
+    """torch_total_loss (textbook benchmark, 1 run in 3 clean): `epoch_loss += loss` chains each step's
+    graph nodes to the last (a few KiB a step), and the investigations that looked were opened by the
+    epoch-end test pass's heap, which malloc_trim took back. The chain, held by a named variable, is proof
+    of retained_graph whatever resident memory did in that window: a real census of a real chain, the
+    ladders' readings by hand."""
+    model, optimizer, batches = setup(width=32)
+    census = TensorCensus(torch.Tensor, lambda: [model])
+    epoch_loss = torch.zeros(())
+    census.begin()
+    for x, y in batches[:8]:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()  # frees the activations the graph saved; its nodes stay
+        optimizer.step()
+        epoch_loss += loss  # chained
+    del loss
+    report = census.end(8)
+    mib = 2**20
+
+    def ladder(step: int, before: float, after: float) -> Ladder:
+        return Ladder([("before", {"rss_bytes": before * mib}), ("malloc_trim", {"rss_bytes": after * mib})],
+                      frozenset({"malloc_trim"}), step)
+
+    rss = Trend("growing", slope=2 * mib)  # the test pass's heap: grew 8 MiB in 4 steps, trimmed back
+    ev = Evidence(start_step=224, end_step=232, suspects={"rss_bytes": rss}, trends={"rss_bytes": rss},
+                  specs={"rss_bytes": MetricSpec("rss_bytes", "bytes", source="process")},
+                  begin=ladder(224, 500, 480), middle=ladder(228, 484, 480), end=ladder(232, 488, 480),
+                  reports={"tensor_census": report})
+    assert not ev.survives("rss_bytes") and ev.reclaimed_by("rss_bytes") == "malloc_trim"
+    (found,) = retained_rule().fn(ev, [])
+    assert (found.cause, found.metric) == ("retained_graph", "rss_bytes")
+    line = inspect.getsourcelines(test_a_running_total_chaining_graphs_is_proven_in_a_window_where_malloc_trim_took_memory_back)
+    chained = line[1] + next(i for i, text in enumerate(line[0]) if text.rstrip().endswith("# chained"))
+    assert found.location == ("epoch_loss in test_a_running_total_chaining_graphs_is_proven_in_a_window_where_"
+                              f"malloc_trim_took_memory_back() (tests/test_torch.py:{chained})")
+    assert proven(found) and found.rate_per_step == 0  # what the ladders saw it keep: the trim took it all
+
 
 # --- a module-level dict keeping every step's input batch (CPU tensors, no graph) --------------------
 

@@ -149,7 +149,7 @@ def _locals(frame: Any) -> Iterator[Place]:
     cannot be rebound from outside: the remedy changes its value in place."""
     scope = f" in {frame.f_code.co_name}()"
     for name, value in frame_locals(frame).items():
-        yield name, scope, value, (frame,), _getter(value), None
+        yield name, scope, value, (frame,), _local_getter(frame.f_code, name, value), None
         for path, inner, get, rebind in _attributes(value, name, depth=1):
             yield path, scope, inner, (frame, type(value)), get, rebind
 
@@ -215,6 +215,20 @@ def _getter(value: Any) -> Callable[[], Any]:
         return weakref.ref(value)
     except TypeError:
         return lambda: value
+
+
+def _local_getter(code: Any, name: str, value: Any) -> Callable[[], Any]:
+    """A local variable's value now: in the newest call of its function on the stack (the loop's function
+    called again, each epoch a new frame whose variable holds a new running total), else the value seen."""
+    seen = _getter(value)
+
+    def get() -> Any:
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code is not code:
+            frame = frame.f_back
+        return seen() if frame is None else frame_locals(frame).get(name)
+
+    return get
 
 
 #: How deep a place is searched for the kept objects: a list of pytrees (a list of flax States: State,

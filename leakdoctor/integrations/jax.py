@@ -594,13 +594,15 @@ def _holds_enough(ev: Evidence, growth: "ArrayGrowth", platform: str) -> bool:
 def live_arrays(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
     """Arrays that accumulate on a platform (kept across steps) and survive gc: one finding per platform,
     on its bytes if they grew, else on its count; on CPU also on resident memory, when that is what grew
-    first and the arrays gained in the window account for it. Placed at who holds them."""
+    first and the arrays gained in the window account for a third of it: of what the window saw or what
+    the suspicion's rate predicts, the smaller (one window can see twice its trend's growth, and the arrays
+    fall short of a third of that while they are the leak). Placed at who holds them."""
     found = []
     growth: ArrayGrowth = ev.reports.get("jax_live_arrays") or ArrayGrowth([])
     open_metrics = ev.unexplained(accepted)
     platforms = {m.rsplit("_", 1)[-1] for m in open_metrics if m.startswith("jax_live_")}
     on_cpu = sum(size for kind, _, size in growth.rows if kind.endswith(" on cpu"))
-    rss = RSS in open_metrics and ev.survives(RSS) and on_cpu >= 0.3 * ev.growth(RSS) > 0
+    rss = RSS in open_metrics and ev.survives(RSS) and on_cpu >= 0.3 * min(ev.growth(RSS), ev.expected(RSS)) > 0
     for platform in sorted(platforms | ({"cpu"} if rss else set())):
         pair = (live_bytes(platform), live_count(platform))
         metric = next((m for m in pair if m in open_metrics and ev.survives(m)), None)

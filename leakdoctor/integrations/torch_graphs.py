@@ -147,7 +147,9 @@ def retained_rule() -> Rule:
     whether or not its series shows it yet. A watched container that holds them (a list on the module)
     grows too: the finding explains its length, and is on that length whenever the kept graphs hold only
     numbers and their nodes (a loss kept after backward()): the list is the problem, which only the user
-    can bound, and its length is exact where resident memory's growth at that pace is noise."""
+    can bound, and its length is exact where resident memory's growth at that pace is noise. A running
+    total that chains every step's graph to the last (`total += loss`), held by a named place, is proof
+    too: on resident memory, whatever it did in this window (its rate is judged over the run)."""
 
     def retained_graph(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         census = ev.reports.get("tensor_census")
@@ -163,6 +165,8 @@ def retained_rule() -> Rule:
             census.saved_bytes or _graphs_account(ev, m, census) or m in unexplained and ev.survives(m))), None)
         on_memory = memory is not None and (not containers or census.saved_bytes > 0)
         metric = memory if on_memory else next(iter(containers), None)
+        chained = metric is None and holder is not None and census.graph_growth >= census.steps and RSS in ev.specs
+        metric = RSS if chained else metric  # a chain held by a named place is proof, whatever memory did
         if metric is None:
             return []
         twin = [memory.replace("allocated", "reserved")] if memory and memory.endswith("_allocated_bytes") else []
@@ -186,6 +190,8 @@ def retained_rule() -> Rule:
             recommendation=advice)
         if metric == memory and not ev.growing(memory):  # its series shows no growth yet: the graphs' bytes
             found.rate_per_step = census.graph_bytes / census.steps
+        if chained and not ev.survives(RSS):  # what the ladders saw it keep, not a growth a rung took back
+            found.rate_per_step, found.rate_interval = max(0.0, ev.residual(RSS)) / ev.steps, None
         return [found]
 
     return Rule(30, retained_graph)
@@ -290,6 +296,8 @@ def _describe(ev: Evidence, metric: str, census: Retained) -> str:
     if ev.growing(metric):
         return ev.describe(metric)
     unit = ev.specs[metric].unit if metric in ev.specs else "count"
+    if unit == "bytes" and not census.graph_bytes:  # a chain: each step's graph nodes, and no tensor gained
+        return f"{metric} showing no growth of its own in this window (a chain's nodes are small)"
     if unit == "bytes":
         return f"{metric} gaining at least the kept graphs' {format_value(census.graph_bytes / census.steps, unit)}/step"
     return f"{metric} growing by {format_value(ev.rate(metric), unit)}/step"

@@ -9,7 +9,9 @@ LightningModule's `self.step_losses`, any `watch_object`'s list or dict), which 
 a step after the remedy, as the user's code appends; what the remedy frees there are the items' graphs,
 so it is judged on them: it worked when the holders keep no tensor with a graph any more and what they
 keep of a step is small (the list that still grows is then a history of detached numbers, which the
-container rule judges by the bytes it holds; large detached tensors would go on leaking memory).
+container rule judges by the bytes it holds; large detached tensors would go on leaking memory). A local
+variable is read in the newest call of its function on the stack (integrations/holders.py), so the running
+total that each epoch's call of `train()` starts anew is detached too.
 
 Small CPU tensors kept this way (a scalar loss per step) are also packed into shared buffers: each has a
 storage of a few bytes, allocated while the step's large temporaries came and went, and glibc carves those
@@ -125,10 +127,14 @@ class DetachRetained(Remedy):
         """On memory: its slope fell (Remedy.worked). On a container's length, which goes on growing as the
         user's code appends: the holders keep no tensor with an autograd graph any more, and what they keep
         of a step is small (a number, a few: the items packed into shared buffers). Detached tensors that
-        are large still leak: the container's growth then matters in bytes, which detaching cannot stop."""
-        if not self._on_count:
-            return super().worked(rate_before, after)
+        are large still leak: the container's growth then matters in bytes, which detaching cannot stop.
+        A running total (holders that keep one tensor each) is judged on its graph too: the chain is cut
+        when the total holds no graph after the step, and its nodes, a few KiB a step, are more than memory
+        shows within a verification's windows."""
         values = [value for holder in self._holders if (value := holder.get()) is not None]
+        totals = values and not any(isinstance(value, (list, dict, deque, tuple)) for value in values)
+        if not self._on_count and not totals:
+            return super().worked(rate_before, after)
         if not values or any(holds_graph(value, depth=2) for value in values):
             return False
         newest = [item for value in values if isinstance(value, (list, dict, deque))
