@@ -330,7 +330,8 @@ def test_growing_buffer_cache_is_benign_and_capped_from_the_working_set():
     assert finding["reclaimed_by"] == "clear_cache"  # mx.clear_cache() took it back
     assert says(finding["evidence"], "active_flat")
     remedy = finding["remedy"]
-    assert remedy["name"] == "cap_cache" and remedy["effective"] is True, (remedy, summary["notes"])
+    assert remedy["name"] == "cap_cache" and remedy["effective"] is True, (remedy, summary["notes"], summary["errors"],
+                                                                           summary["findings"])
     cap = result["limit_after"]
     assert 0 < cap < result["limit_before"]
     assert says(remedy["detail"], "cache_limit_set", size=f"{cap / 2**20:.1f} MiB"), remedy["detail"]
