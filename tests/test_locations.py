@@ -11,6 +11,8 @@ from pathlib import Path
 
 from helpers import isolated, says
 
+from leakdoctor.integrations.source import stored_value
+
 HERE = Path(__file__)
 #: Fixed so that materiality does not depend on the RAM of the machine running the tests; HUGE makes
 #: resident memory's growth immaterial, so that a compile_cache finding stands on the compile count.
@@ -178,3 +180,18 @@ def test_a_list_appended_by_the_loop_is_placed_at_the_loops_append_not_at_the_cl
     finding = only(summary, "container_growth")
     assert finding["metric"] == "len(Trainer.history)"
     assert finding["location"] == f"Trainer.history (tests/{at('LOOP-APPEND')})"
+
+
+def test_the_fix_quotes_the_expression_the_code_stores(tmp_path: Path):
+    """What a holder's code stores, as the fix texts quote it: the appended call, the name added to a
+    running total, an operation in parentheses; the first store of the lines asked."""
+    source = tmp_path / "loop.py"
+    source.write_text("def loop(model, x, activations, cache, total):\n"
+                      "    activations.append(model(x).mean())\n"
+                      "    total += loss\n"
+                      "    cache[len(cache)] = x * 2\n")
+    path = str(source)
+    assert stored_value(path, 1, 4, "activations") == "model(x).mean()"
+    assert stored_value(path, 1, 4, "total") == "loss"
+    assert stored_value(path, 1, 4, "cache") == "(x * 2)"
+    assert stored_value(path, 1, 1, "activations") is None  # no store on the lines asked

@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from leakdoctor.integrations.source import frame_locals, is_user_file, short_path, storing_line
+from leakdoctor.integrations.source import frame_locals, is_user_file, short_path, stored_value, storing_line
 
 if TYPE_CHECKING:  # a type only: python.py builds on this module
     from leakdoctor.integrations.python import AllocationGrowth
@@ -62,6 +62,12 @@ class Holder:
     @property
     def name(self) -> str:
         return self.path + self.scope
+
+    def stored(self) -> str | None:
+        """The code of what the holder's code stores into it (`out.mean()`, `loss`), where it can be read."""
+        name = self.path.rpartition(".")[2].removeprefix("global ")
+        return next((value for path, first, last in self.regions
+                     if (value := stored_value(path, first, last, name)) is not None), None)
 
     def location(self, allocations: AllocationGrowth | None = None) -> str:
         """'val_losses in train() (train.py:42)': the line of the holder's code that stores into it

@@ -200,6 +200,7 @@ class AllocationDiff:
     have been allocated under tracing, so that only what accumulates shows in the diff."""
 
     name = "tracemalloc"
+    traced = True
     frames = 16
 
     def __init__(self) -> None:
@@ -236,6 +237,11 @@ class AllocationDiff:
         return AllocationGrowth([s for s in ranked if s.size > 0])
 
 
+def collector_on() -> bool:
+    """Does Python's garbage collector run on its own (enabled, with a threshold)?"""
+    return gc.isenabled() and gc.get_threshold()[0] > 0
+
+
 @dataclass
 class Cycles:
     """Objects in reference cycles that were garbage at the end of the window (gc could free them, it had
@@ -255,9 +261,12 @@ class CycleCensus:
     one gc.collect() with DEBUG_SAVEALL keeps the garbage it finds (finalizers run, as in any collection),
     its types are counted and its objects' creation sites read from tracemalloc (still tracing: this
     forensic ends before the allocation diff), then it is dropped again, unreachable, for the cleanup
-    ladder's gc.collect() to free. Costs one full collection per investigation."""
+    ladder's gc.collect() to free. Costs one full collection, so it is taken only while the collector is
+    off (disabled, or its threshold 0): the only time the garbage_cycles rule reads it (with the collector
+    on, cyclic garbage is a note, not a finding)."""
 
     name = "gc_cycles"
+    traced = True
     #: Garbage objects whose creation site is looked up.
     sample = 10_000
 
@@ -265,6 +274,8 @@ class CycleCensus:
         pass
 
     def end(self, steps: int) -> Cycles:
+        if collector_on():
+            return Cycles([], [])
         flags, before = gc.get_debug(), len(gc.garbage)
         gc.set_debug(flags | gc.DEBUG_SAVEALL)
         try:
@@ -301,6 +312,7 @@ class ContainerSites:
     not where its owner's class is defined."""
 
     name = "container_sites"
+    traced = True
     #: Newest items per container whose allocation is looked up.
     sample = 8
 
@@ -584,7 +596,7 @@ def garbage_cycles(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
     for metric in ev.unexplained(accepted):
         if ev.specs[metric].unit != "bytes" or ev.survives(metric) or ev.reclaimed_by(metric) != "gc_collect":
             continue
-        if gc.isenabled() and gc.get_threshold()[0] > 0:
+        if collector_on():
             ev.note(metric, f"not a leak: {ev.describe(metric)}, garbage that Python's garbage collector, "
                             f"which is on, frees at its next full collection; gc.collect() took it back")
             continue

@@ -189,6 +189,21 @@ def storing_line(filename: str, first: int, last: int, name: str) -> int | None:
     return min((n.lineno for n in _stores(tree, first, last, name)), default=None)
 
 
+def stored_value(filename: str, first: int, last: int, name: str) -> str | None:
+    """The code of what the first store into `name` between `first` and `last` stores: `out.mean()` of
+    `activations.append(out.mean())`, `loss` of `total += loss`, in parentheses where it is an operation
+    (`(a + b)`), so that the fix texts quote the user's own expression."""
+    tree = _parse(filename, len(linecache.getlines(filename)))
+    if tree is None or not name.isidentifier():
+        return None
+    for node in sorted(_stores(tree, first, last, name), key=lambda n: (n.lineno, n.col_offset)):
+        value = (node.args[0] if node.args else None) if isinstance(node, ast.Call) else node.value
+        if value is not None:
+            text = ast.unparse(value)
+            return text if isinstance(value, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) else f"({text})"
+    return None
+
+
 def _stores(tree: ast.Module, first: int, last: int, name: str) -> list[ast.AST]:
     """The nodes between lines `first` and `last` that store into `name`."""
     return [n for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last and _stores_into(n, name)]

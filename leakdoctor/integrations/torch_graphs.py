@@ -175,11 +175,12 @@ def retained_rule() -> Rule:
         location = holder.location(allocations) if holder else top.location if top else None
         name = holder.path if holder else "the kept tensors"
         kept = holder.get() if holder else None
+        value = (holder.stored() if holder else None) or "loss"
         if holder is None or isinstance(kept, CONTAINERS):
-            advice = (f"store loss.detach() or loss.item() in {name}, not the tensor with its autograd graph (or "
-                      f"compute it under torch.no_grad()), and clear {name} once it is used")
+            advice = (f"store {value}.detach() or {value}.item() in {name}, not the tensor with its autograd graph "
+                      f"(or compute it under torch.no_grad()), and clear {name} once it is used")
         else:
-            advice = (f"add loss.detach() or loss.item() to {name}, not the tensor with its autograd graph (or "
+            advice = (f"add {value}.detach() or {value}.item() to {name}, not the tensor with its autograd graph (or "
                       f"compute it under torch.no_grad())")
         advice = _what_is_kept(holder, kept) + advice + _remedy_note(ev, census.holders)
         growth = "; ".join(_describe(ev, m, census) for m in dict.fromkeys([metric, *containers]))
