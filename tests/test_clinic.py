@@ -7,6 +7,7 @@ is not undone for one jump among the few readings that judge it."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Sequence
 
 from helpers import says
@@ -14,6 +15,7 @@ from helpers import says
 from leakdoctor.integrations import Cleanup, MetricSpec
 from leakdoctor.judging.clinic import Clinic, Practice, Treatment
 from leakdoctor.judging.detect import Trend
+from leakdoctor.judging.evidence import Rule
 from leakdoctor.lifecycle.guard import Guard
 from leakdoctor.reading.monitor import Monitor
 from leakdoctor.remedies.base import Remedy, RemedyContext
@@ -178,3 +180,29 @@ def test_a_remedy_is_not_undone_for_one_jump_among_the_readings_that_judge_it():
     # What the first 8 windows alone say: an estimate over the line, an interval reaching under it.
     trend = fed(readings, 40 + 8 * 6, treat=False).monitor.trend_since("a", 40)
     assert trend.slope > 0.25 * MIB >= trend.slope_low, trend
+
+
+def test_a_finding_found_again_while_its_remedy_is_judged_waits_for_that_verdict():
+    """test_mlx's capped buffer cache, 1 run in 40 under two hogs: cap_cache was applied to MLX's cache at
+    step 63, and an investigation of resident memory, opened while cap_cache was being judged, found the
+    same cache again, now explaining resident memory too. The clinic treated it anew: clear_cache took
+    the finding's remedy, and cap_cache's outcome was lost while it still acted. Found again, the finding
+    waits for its remedy's verdict, and explains what the new investigation saw."""
+    def readings(step: int) -> dict[str, float]:
+        return {"a": 100 * MIB + min(step, 40) * MIB, "b": 100 * MIB + min(step, 50) * MIB}
+
+    empty = Cleanup("clear_cache", run=lambda: None)
+    clinic, now = treating(TightCap(), readings, [empty])
+    clinic.findings[0].reclaimed_by = "clear_cache"
+    again = Finding("allocator_cache", "a", 21, 60, MIB, "bytes", None, "grew", "cap it", benign=True,
+                    reclaimed_by="clear_cache", explains=("a", "b"))
+    clinic.practice.rules = [Rule(10, lambda evidence, accepted: [dataclasses.replace(again)])]
+    clinic.settings = dataclasses.replace(clinic.settings, remedies=("clear_cache",))
+    feed(clinic, now, readings, 60, treat=False)  # the series; tight_cap not judged yet
+    clinic._step = now[0] = 52
+    clinic._investigate({"b": GROWING})
+    clinic._step = now[0] = 60
+    clinic._conclude()
+    (finding,) = clinic.findings
+    assert finding.remedy.name == "tight_cap" and [t.remedy.name for t in clinic.treatments] == ["tight_cap"]
+    assert set(finding.explains) == {"a", "b"}

@@ -218,6 +218,9 @@ class Clinic:
         for found in findings:
             finding = self._record(found)
             explained.update(finding.explains)
+            if any(treatment.finding is finding for treatment in self.treatments):
+                self.monitor.busy(finding.explains)  # found again while its remedy is judged: await the verdict
+                continue
             if finding.key == found.key and self._treat(finding):  # a cache merged into another is treated there
                 continue
             if finding.benign:
@@ -227,7 +230,8 @@ class Clinic:
         self.monitor.cool(set(investigation.suspects) - explained, self._step)
 
     def _record(self, found: Finding) -> Finding:
-        """Add a new finding, or refresh the one with the same cause and place, or the benign cache that
+        """Add a new finding, or refresh the one with the same cause and place (it explains what both
+        explain), or the benign cache that
         the same cleanup empties (MLX's buffer cache seen first in its own series, later in resident
         memory: one cache, named by what takes it back)."""
         for finding in self.findings:
@@ -243,6 +247,7 @@ class Clinic:
                 finding.rate_per_step, finding.detected_step = found.rate_per_step, found.detected_step
                 finding.detected_rate = found.detected_rate
                 finding.evidence, finding.subject = found.evidence, found.subject
+                finding.explains = tuple(dict.fromkeys([*finding.explains, *found.explains]))
                 return finding
         self.findings.append(found)
         self.say(f"step {self._step}: suspected {'benign ' if found.benign else ''}{found.cause} on {found.metric} "
