@@ -82,9 +82,7 @@ class Forensic(Protocol):
     """An expensive look that runs only during an investigation: `begin()`, some steps, `end()`.
     `end` returns a report object that rules read from `Evidence.reports[name]`. A forensic may also
     define `baseline()`, called after the first step of the window: a tracer started at `begin` sees
-    the step's own temporaries only from then on, so a baseline taken then cancels them out. One that
-    reads tracemalloc (the tracer itself, and what asks it where objects were made) sets `traced = True`;
-    the others (heap walks, censuses) run outside the tracing, whose hooks make their allocations slow."""
+    the step's own temporaries only from then on, so a baseline taken then cancels them out."""
 
     name: str
 

@@ -200,7 +200,6 @@ class AllocationDiff:
     have been allocated under tracing, so that only what accumulates shows in the diff."""
 
     name = "tracemalloc"
-    traced = True
     frames = 16
 
     def __init__(self) -> None:
@@ -266,7 +265,6 @@ class CycleCensus:
     on, cyclic garbage is a note, not a finding)."""
 
     name = "gc_cycles"
-    traced = True
     #: Garbage objects whose creation site is looked up.
     sample = 10_000
 
@@ -312,7 +310,6 @@ class ContainerSites:
     not where its owner's class is defined."""
 
     name = "container_sites"
-    traced = True
     #: Newest items per container whose allocation is looked up.
     sample = 8
 

@@ -1,7 +1,6 @@
 """One investigation: a bounded forensic window around suspected growth.
 
-begin: run the cleanup ladder (recording every metric after each rung), then start the forensics (those
-that read tracemalloc last, so the others run outside its tracing).
+begin: run the cleanup ladder (recording every metric after each rung), then start the forensics.
 Halfway, run the ladder again. After `length` steps, end: stop the forensics (in reverse order), run
 the ladder a last time, and hand the readings and reports to diagnosis as Evidence. Growth that survives the ladder is real; growth that one
 rung took back names the remedy that repeats that rung.
@@ -37,20 +36,13 @@ def _finite(readings: Mapping[str, float]) -> dict[str, float]:
     return {metric: value for metric, value in readings.items() if math.isfinite(value)}
 
 
-def untraced_first(forensics: Sequence[Forensic]) -> list[Forensic]:
-    """The forensics in the order they begin (they end in reverse): those that do not read tracemalloc
-    first, so that they begin before the tracer starts and end after it stops. A heap walk under tracing
-    pays for every allocation it makes (a tensor census: 1 s instead of 0.3 s on the README's loop)."""
-    return sorted(forensics, key=lambda forensic: getattr(forensic, "traced", False))
-
-
 class Investigation:
     def __init__(self, suspects: Mapping[str, Trend], start_step: int, length: int, forensics: Sequence[Forensic],
                  cleanups: Sequence[Cleanup], read: Callable[[], Mapping[str, float]], guard: Guard) -> None:
         self.suspects = dict(suspects)
         self.start_step = start_step
         self.length = length
-        self._forensics = untraced_first(forensics)
+        self._forensics = list(forensics)
         self._cleanups = list(cleanups)
         self._read = read
         self._guard = guard
