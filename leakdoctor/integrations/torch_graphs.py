@@ -147,9 +147,11 @@ def retained_rule() -> Rule:
     whether or not its series shows it yet. A watched container that holds them (a list on the module)
     grows too: the finding explains its length, and is on that length whenever the kept graphs hold only
     numbers and their nodes (a loss kept after backward()): the list is the problem, which only the user
-    can bound, and its length is exact where resident memory's growth at that pace is noise. A running
-    total that chains every step's graph to the last (`total += loss`), held by a named place, is proof
-    too: on resident memory, whatever it did in this window (its rate is judged over the run)."""
+    can bound, and its length is exact where resident memory's growth at that pace is noise. Graphs that
+    grew by a node a step or more, held by a named place, are proof too (a running total that chains each
+    step's graph to the last, `total += loss`; a list of tensors kept with their graphs while another
+    finding explains the memory): on resident memory, whatever it did in this window (its rate is judged
+    over the run)."""
 
     def retained_graph(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         census = ev.reports.get("tensor_census")
@@ -166,7 +168,7 @@ def retained_rule() -> Rule:
         on_memory = memory is not None and (not containers or census.saved_bytes > 0)
         metric = memory if on_memory else next(iter(containers), None)
         chained = metric is None and holder is not None and census.graph_growth >= census.steps and RSS in ev.specs
-        metric = RSS if chained else metric  # a chain held by a named place is proof, whatever memory did
+        metric = RSS if chained else metric  # graphs a named place holds are proof, whatever memory did
         if metric is None:
             return []
         twin = [memory.replace("allocated", "reserved")] if memory and memory.endswith("_allocated_bytes") else []

@@ -231,9 +231,8 @@ class Clinic:
 
     def _record(self, found: Finding) -> Finding:
         """Add a new finding, or refresh the one with the same cause and place (it explains what both
-        explain), or the benign cache that
-        the same cleanup empties (MLX's buffer cache seen first in its own series, later in resident
-        memory: one cache, named by what takes it back)."""
+        explain), or the benign cache that the same cleanup empties (MLX's buffer cache seen first in its
+        own series, later in resident memory: one cache, named by what takes it back)."""
         for finding in self.findings:
             if finding.benign and found.benign and finding.cause == found.cause and \
                     found.reclaimed_by is not None and finding.reclaimed_by == found.reclaimed_by:
