@@ -63,18 +63,22 @@ class Holder:
     def name(self) -> str:
         return self.path + self.scope
 
+    @property
+    def variable(self) -> str:
+        """The name the code stores into: `outputs` of "LitModel.outputs", `LOSSES` of "global LOSSES"."""
+        return self.path.rpartition(".")[2].removeprefix("global ")
+
     def stored(self) -> str | None:
         """The code of what the holder's code stores into it (`out.mean()`, `loss`), where it can be read."""
-        name = self.path.rpartition(".")[2].removeprefix("global ")
         return next((value for path, first, last in self.regions
-                     if (value := stored_value(path, first, last, name)) is not None), None)
+                     if (value := stored_value(path, first, last, self.variable)) is not None), None)
 
     def location(self, allocations: AllocationGrowth | None = None) -> str:
         """'val_losses in train() (train.py:42)': the line of the holder's code that stores into it
         (`val_losses.append(...)`, `self.outputs[k] = ...`, `total += ...`); else the line inside it that
         gained the most live allocations during the investigation (one per kept object, every window
         alike); else where that code stands now."""
-        name = self.path.rpartition(".")[2].removeprefix("global ")
+        name = self.variable
         for path, first, last in self.regions:
             line = storing_line(path, first, last, name)
             if line is not None:
