@@ -107,7 +107,7 @@ class LeakDoctor:
         #: whether the ranks of a distributed run agree on the stop (the subclass's step() then settles)
         self._shared = isinstance(self._limit_watch, stopping.SharedLimitWatch)
         self._snapshot = oom.Snapshot(self.settings.oom_snapshot)
-        self._sampler = Sampler(self.settings, self._probes, self._monitor)
+        self._sampler = Sampler(self.settings, self._probes, self._monitor, self._guard)
         # The summary written while the run goes (heartbeat=, oom_watermark=), so that a SIGKILL leaves it
         self._heartbeat = Heartbeat(self.settings, self._memory, self._monitor, self._clinic, self._guard,
                                     _Late(type(self), self.__dict__, "_interim_summary"))
@@ -122,6 +122,28 @@ class LeakDoctor:
         # The exporter last but for the registrations: a bad port raises here, with nothing registered.
         self._publisher = self._new_publisher()
         self._register_ending()
+        if self.settings.sampler != "inline":
+            self._start_thread()
+
+    def _start_thread(self) -> None:
+        """Read resident memory on the sampler thread (reading/thread.py). What it is given reaches the
+        doctor's state, never the doctor (see _register_ending): it wakes the next step by zeroing the
+        countdown, and raises the memory alarm through _Late."""
+        state, beat = self.__dict__, self._heartbeat
+        self._sampler.start_thread(wake=partial(state.__setitem__, "_countdown", 0),
+                                   step_of=partial(state.__getitem__, "_step"),
+                                   alarm=_Late(type(self), state, "_memory_alarm"),
+                                   watermark=lambda: beat.watermark)
+
+    def _memory_alarm(self, step: int, rss: float) -> None:
+        """From the sampler thread: resident memory passed the watermark. The post-mortem is written now,
+        unless a step holds the doctor (it writes it then, from the series)."""
+        if self._lock.acquire(blocking=False):
+            try:
+                if self._result is None:
+                    self._guard.call("heartbeat", self._heartbeat.passed, step, rss)
+            finally:
+                self._lock.release()
 
     def _register_ending(self) -> None:
         """A run nobody finished still writes its summary: at interpreter exit, on SIGTERM, at the end of a
@@ -293,6 +315,7 @@ class LeakDoctor:
             self._clinic.notes.append(f"the run ended with {type(exception).__name__} at step {self._step}")
         self._sampler.account_user_time(self._step, time.perf_counter())
         self._idle = False
+        self._sampler.stop_thread()
         self._guard.call("finish", self._clinic.conclude_pending, self._step)
         self._probes.close()
         summary = self._guard.call("summary", self._build_summary) or self._bare_summary()

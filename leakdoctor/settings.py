@@ -37,6 +37,7 @@ class Settings:
     investigate_steps: int
     verify_windows: int
     overhead: float
+    sampler: str
     verbose: bool
     rank: int
     on_limit: str | Callable[[Any], Any]
@@ -150,6 +151,12 @@ def _fraction(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise ValueError(f"{name}={value!r}: expected a fraction of step time in (0, 1], e.g. 0.005")
     return float(value)
+
+
+def _sampler(name: str, value: Any) -> str:
+    if value not in ("auto", "thread", "inline"):
+        raise ValueError(f"{name}={value!r}: expected \"auto\", \"thread\" or \"inline\"")
+    return value
 
 
 def _on_limit(value: Any) -> str | Callable[[Any], Any]:
@@ -268,6 +275,11 @@ OPTIONS: tuple[Option, ...] = (
            _at_least(3)),
     Option("overhead", 0.005, "the share of step time sampling may cost; the doctor samples less often to stay "
            "under it (1.0: every step)", "a number in (0, 1]", _fraction),
+    Option("sampler", "auto", "where resident memory is read: `thread`, on a daemon thread off the training thread "
+           "(`step()` then costs a countdown, and a rise wakes the next step whatever the stride); `inline`, on the "
+           "sampled steps; `auto`, on the thread while its CPU budget (0.4% of a core) buys a reading a window, "
+           "else inline (short steps where a thread's wake-up is dear); with either of these two, the thread also "
+           "watches the memory limit (`oom_watermark`) while a step runs", '`"auto"`, `"thread"` or `"inline"`', _sampler),
     Option("verbose", True, "print alerts and the summary on stderr (rank 0 only)", "True or False", _bool),
     Option("rank", 0, "this process's rank: only rank 0 prints and writes `summary_path` (torch, Lightning and "
            "multi-process JAX set it; other ranks write their own beside it, leaks.rankN.json)",
@@ -316,6 +328,7 @@ class DoctorOptions(TypedDict, total=False):
     investigate_steps: int | None
     verify_windows: int
     overhead: float
+    sampler: str
     verbose: bool
     rank: int
     on_limit: str | Callable[[Any], Any]

@@ -139,8 +139,24 @@ class RssProbe:
     def close(self) -> None:
         self._read.close()
 
+    def thread_reader(self) -> "ResidentReader":
+        """A reader of resident memory for the sampler thread (reading/thread.py), with a descriptor of its
+        own: the two threads never share a buffer or an offset."""
+        return ResidentReader()
+
     def spec(self, metric: str) -> MetricSpec:
         return self._specs[metric]
+
+
+class ResidentReader(RssReader):
+    """`rss_bytes` as RssProbe.read reads it (less tracemalloc's own memory while it traces), as a
+    callable with a descriptor of its own."""
+
+    def __call__(self) -> float:
+        value = super().__call__()
+        if tracemalloc.is_tracing():
+            value -= tracemalloc.get_tracemalloc_memory()
+        return value
 
 
 class Throttled:

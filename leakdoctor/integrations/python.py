@@ -26,8 +26,9 @@ from leakdoctor.reading.gauges import TIMEOUT, Gauges
 from leakdoctor.reporting.summary import Finding, format_value
 
 #: A count whose items hold too little to matter is still a leak when the step's CPU time rose by this
-#: share of itself while it grew: a step a fifth slower is felt over a run, machine drift is not as large.
-SLOWER = 0.2
+#: share of itself while it grew: a step 40% slower is felt over a run; a busy machine's drift reached a
+#: fifth and more (a neighbour's load on the other core: the test gauge of empty objects, 1 run in 16).
+SLOWER = 0.4
 
 
 def type_name(t: type) -> str:
@@ -566,12 +567,14 @@ def _holds_the_rss_growth(ev: Evidence, held: float) -> bool:
 
 def slows_the_step(ev: Evidence) -> bool:
     """Has the CPU time per step grown by SLOWER of itself over the windows its trend spans (the Burn
-    case: a collection walked every step), at the low end of its slope's confidence interval? A
+    case: a collection walked every step), at the low end of its slope's confidence interval, and at
+    the slope fitted over all of them (the interval comes from the latest scale, the span from all)? A
     significant trend alone is not enough: on a busy machine the step's CPU time drifts up by a few
     percent (caches and memory bandwidth shared with others), and a neighbour's load that changes once
     lifts it in one step, whose slope estimate can reach a fifth while its interval reaches far lower."""
     trend = ev.trends.get("step_cpu_seconds")
-    return trend is not None and trend.growing and trend.slope_low * trend.span >= SLOWER * trend.first > 0
+    return trend is not None and trend.growing and \
+        min(trend.slope, trend.slope_low) * trend.span >= SLOWER * trend.first > 0
 
 
 def step_time_note(ev: Evidence) -> str:

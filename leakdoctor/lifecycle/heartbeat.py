@@ -76,11 +76,17 @@ class Heartbeat:
         passed the watermark in this step's sample, else the summary if a finding changed or the
         heartbeat is due. `now`: the step path's clock reading."""
         rss = self.monitor.series.get(RESIDENT)
-        if rss is not None and rss.end_step == step and rss.end is not None and rss.end > self.watermark:
-            self.watermark = math.inf  # once: the file keeps it from now on
-            self._post_mortem(step, rss.end)
+        if rss is not None and rss.end is not None and rss.end > self.watermark:
+            self.passed(rss.end_step, rss.end)
         elif self.interval is not None and (now >= self.due or self._changed()):
             self.write()
+
+    def passed(self, step: int, rss: float) -> None:
+        """Resident memory read `rss` at `step` (the series' last reading, or the sampler thread's): past
+        the watermark, write the post-mortem, once (the file keeps it from then on)."""
+        if rss > self.watermark:
+            self.watermark = math.inf
+            self._post_mortem(step, rss)
 
     def _changed(self) -> bool:
         """Did a finding appear or change state since the last look? Compared in full only while the

@@ -18,13 +18,17 @@ whatever the budget, so that a fast leak is confirmed at the pace of the statist
 from __future__ import annotations
 
 import time
+from typing import Any, Callable, Mapping, Sequence
 
+from leakdoctor.lifecycle.guard import Guard
 from leakdoctor.reading.monitor import Monitor
 from leakdoctor.reading.pacing import Pacer
 from leakdoctor.reading.probing import Probes
+from leakdoctor.reading.thread import THREAD_BUDGET, SamplerThread
 from leakdoctor.settings import Settings
 
 STEP_TIME = "step_seconds"
+RESIDENT = "rss_bytes"
 STEP_CPU = "step_cpu_seconds"
 #: Samples whose mean cost the pacer gets at once: pacing each sample would cost a good part of one, and
 #: a batch this long usually holds a window's close, so no batch is an outlier for it.
@@ -32,17 +36,27 @@ PACE_EVERY = 8
 #: Windows sampled at least twice each after a metric's window minima rose RISING times in a row, so that
 #: a leak is confirmed (SCALES[0] windows) at the latency of the statistics, not of the budget.
 HURRY_WINDOWS = 8
+#: The share of the budget left to the training thread's samples while the sampler thread reads the
+#: counters: what the probes that stay on the training thread (hook counts, live arrays) may cost.
+INLINE_SHARE = 0.3
 
 
 class Sampler:
     """Takes a sample, says when the next is due, and keeps the time accounts: the user's (wall, and a
     moving average per step) and the doctor's own (its sampling time, which the summary reports)."""
 
-    def __init__(self, settings: Settings, probes: Probes, monitor: Monitor) -> None:
+    def __init__(self, settings: Settings, probes: Probes, monitor: Monitor, guard: Guard) -> None:
         self.settings = settings
         self.probes = probes
         self.monitor = monitor
+        self.guard = guard
         self.pacer = Pacer(budget=settings.overhead)
+        self.thread: SamplerThread | None = None  # reading the counters off the training thread, if running
+        self.thread_cpu_seconds = 0.0  # the CPU time of the sampler threads that ended (a fork's, a failed one)
+        self._threaded: Sequence[Any] = ()  # the probes the thread reads
+        self._new_thread: Callable[[], SamplerThread] | None = None
+        self.inline_why: str | None = None  # why resident memory went back to being read inline
+        self._ended_mode = "inline"  # the mode when the thread was stopped
         self.hurry_until = 0  # sampling at least twice a window until this step (a metric is rising)
         self.step_seconds = 0.0  # the user's wall time per step, a moving average
         self.user_seconds = 0.0  # the user's wall time over all steps so far
@@ -54,19 +68,117 @@ class Sampler:
 
     def restart(self) -> None:
         """Start the user's clock now (a context manager entered, after the doctor was built)."""
-        self._sample_end, self._cpu_mark = time.perf_counter(), time.process_time()
+        self._sample_end, self._cpu_mark = time.perf_counter(), time.process_time() - self.thread_seconds
+
+    def start_thread(self, wake: Callable[[], None], step_of: Callable[[], int],
+                     alarm: Callable[[int, float], Any], watermark: Callable[[], float]) -> None:
+        """Read resident memory on the sampler thread from now on (reading/thread.py), when a probe can
+        give it a reader of its own; the training thread's own samples get INLINE_SHARE of the budget
+        while the thread keeps the window minima."""
+        self._threaded = [p for p in self.probes.threaded() if RESIDENT in getattr(p, "metrics", ())][:1]
+        if not self._threaded:
+            return
+        settings, probe = self.settings, self._threaded[0]
+
+        def new_thread() -> SamplerThread:
+            return SamplerThread(probe.thread_reader(), step_of, lambda: self.step_seconds, settings.window,
+                                 settings.warmup, wake, alarm, watermark)
+
+        self._new_thread = new_thread
+        self._restart_thread()
+
+    def stop_thread(self) -> None:
+        """Stop the sampler thread (at finish); the counters are read inline from then on."""
+        if self.thread is not None:
+            self.thread.stop()
+            self.thread_cpu_seconds += self.thread.cpu_seconds  # its last tick, if one is under way, is left out
+            self._ended_mode = self.mode
+            self.thread = None
+        self._new_thread = None
+        self.pacer.budget = self.settings.overhead
+
+    @property
+    def thread_seconds(self) -> float:
+        """The sampler threads' CPU time so far."""
+        return self.thread_cpu_seconds + (self.thread.cpu_seconds if self.thread is not None else 0.0)
+
+    @property
+    def mode(self) -> str:
+        """Where resident memory was read: "thread" (the sampler thread kept the window minima) or
+        "inline" (on the sampled steps: no thread, or one whose budget could not buy a reading a window)."""
+        if self.thread is None:
+            return self._ended_mode
+        return "thread" if self.thread.recording else "inline"
 
     def sample(self, step: int, start: float, investigating: bool) -> dict[str, list[int]]:
-        """Read the due probes and record them (with the user's step times, except while an investigation
-        runs every step); return {metric: pyramid levels that completed a window}."""
-        readings = self.probes.read_due()
+        """Record the window minima the sampler thread kept since the last sample, read the due probes and
+        record them (with the user's step times, except while an investigation runs every step); return
+        {metric: pyramid levels that completed a window}. Resident memory is read here too when the thread
+        kept no minimum since the last sample, and while the doctor investigates or hurries (as without
+        the thread: every probe at the step, the thread's minima left out)."""
+        dense = investigating or step < self.hurry_until
+        completed = self._record_minima(step, dense)
+        readings = self.probes.read_due(self._threaded if completed else ())
         if not investigating:
             readings[STEP_TIME], readings[STEP_CPU] = self.account_user_time(step, start)
         next_step = step + 1 if investigating else step + self.steps_to_next(step)
-        completed = self.monitor.record(step, readings, self.probes.spec, next_step)
+        for metric, levels in self.monitor.record(step, readings, self.probes.spec, next_step).items():
+            completed[metric] = sorted({*completed.get(metric, ()), *levels})
         if completed and self.monitor.rising(completed):
             self.hurry_until = step + HURRY_WINDOWS * self.settings.window
         return completed
+
+    def _record_minima(self, step: int, dense: bool) -> dict[str, list[int]]:
+        """Record each window minimum the thread kept, after the last reading recorded (each closes its
+        window at once: the next falls in a later one); {} when there is none, or while dense."""
+        thread = self._thread_now()
+        minima = thread.take() if thread is not None else []
+        series = self.monitor.series.get(RESIDENT)
+        after = series.end_step if series is not None else 0
+        completed: dict[str, list[int]] = {}
+        for tag, value in minima if not dense else ():
+            if after < tag <= step:
+                for metric, levels in self.monitor.record(tag, {RESIDENT: value}, self.probes.spec,
+                                                          tag + self.settings.window).items():
+                    completed[metric] = sorted({*completed.get(metric, ()), *levels})
+        return completed
+
+    def _thread_now(self) -> SamplerThread | None:
+        """The thread that keeps the window minima, if any: one that ended is reported (it failed) or
+        replaced (a fork left it in the parent). Where its budget cannot buy a reading a window (short
+        steps, dear ticks), it watches the watermark only and the training thread reads inline, with the
+        whole budget, until the budget buys two a window again."""
+        thread = self.thread
+        if thread is None:
+            return None
+        if not thread.running:
+            self._thread_ended(thread)
+            return self.thread
+        worth = True if self.settings.sampler == "thread" else thread.affordable
+        if worth is not None and worth != thread.recording:
+            thread.keep_minima(worth)
+            self.pacer.budget = self.settings.overhead * (INLINE_SHARE if worth else 1.0)
+            self.inline_why = None if worth else (
+                f"resident memory is read on the sampled steps: a reading off the training thread costs "
+                f"{thread.cost * 1e6:.0f} µs of CPU, so {THREAD_BUDGET:.1%} of a core buys one every "
+                f"{thread.cost / THREAD_BUDGET * 1e3:.0f} ms, and a window is {thread.window * self.step_seconds * 1e3:.1f} ms")
+        return thread if thread.recording else None
+
+    def _thread_ended(self, thread: SamplerThread) -> None:
+        """A thread that failed is reported once, and resident memory is read inline from then on; one left
+        behind by a fork (this process is the child, and steps) is replaced by one of this process."""
+        self.thread_cpu_seconds += thread.cpu_seconds
+        self.thread = None
+        self.pacer.budget = self.settings.overhead
+        if thread.failed is not None:
+            self.guard.disable("sampler thread", f"{thread.failed}; resident memory is read inline")
+        elif self._new_thread is not None:
+            self._restart_thread()
+
+    def _restart_thread(self) -> None:
+        self.thread = self._new_thread()
+        self.thread.start()
+        self.pacer.budget = self.settings.overhead * INLINE_SHARE
 
     def steps_to_next(self, step: int) -> int:
         """The steps to the next sample: the pacer's stride, at most half a window while hurrying."""
@@ -77,10 +189,11 @@ class Sampler:
     def account_user_time(self, step: int, now: float) -> tuple[float, float]:
         """Add the user's time since the last sample to the total; return it per step, as wall time and as
         this process's CPU time (which other processes on a busy machine do not inflate). The doctor's own
-        time since the last sample is taken off each: its wall time off the wall time, its CPU time off the
-        CPU time (an investigation's wall time, on a busy machine, can exceed the steps' CPU time)."""
+        time since the last sample is taken off each: its wall time off the wall time, its CPU time and the
+        sampler thread's off the CPU time (an investigation's wall time, on a busy machine, can exceed the
+        steps' CPU time)."""
         steps = max(1, step - self.sampled_step)
-        cpu_now = time.process_time()
+        cpu_now = time.process_time() - self.thread_seconds  # the sampler thread's CPU is the doctor's
         user = max(0.0, now - self._sample_end - self._busy)
         cpu = max(0.0, cpu_now - self._cpu_mark - self._busy_cpu)
         self.user_seconds += user
@@ -107,3 +220,4 @@ class Sampler:
             steps, self._paced_step = step - self._paced_step, step
             self.pacer.update(self._costs / PACE_EVERY, self.step_seconds, steps / PACE_EVERY)
             self._costs, self._costed = 0.0, 0
+

@@ -274,20 +274,23 @@ def settings_record(settings: Settings, sample_stride: int) -> dict[str, Any]:
             "oom_watermark": settings.oom_watermark}
 
 
-def overhead(sampler: Sampler, clinic: Clinic, settings: Settings) -> dict[str, float]:
+def overhead(sampler: Sampler, clinic: Clinic, settings: Settings) -> dict[str, Any]:
     """The doctor's monitoring time against the whole step: the user's code plus the remedies, whose
     time is the step's work done for it (force_eval evaluates what the step left lazy). And the honest
-    total: step()'s own time plus the investigations', against the run's wall time from the first step
-    (the user's code, the remedies and the doctor's time together)."""
+    total: step()'s own time, the sampler thread's CPU time and the investigations', against the run's
+    wall time from the first step (the user's code, the remedies and the doctor's time on the training
+    thread together); `sampling` says where resident memory was read ("thread" or "inline")."""
     step_time = sampler.user_seconds + clinic.remedy_seconds
-    total = sampler.own_seconds + clinic.forensic_seconds
-    run_time = step_time + total
+    thread = sampler.thread_seconds
+    total = sampler.own_seconds + clinic.forensic_seconds + thread
+    run_time = step_time + sampler.own_seconds + clinic.forensic_seconds
     stride = sampler.pacer.every
     return {
         "total_seconds": total,
         "run_seconds": run_time,
         "fraction_of_run_time": total / run_time if run_time else 0.0,
         "probe_seconds": sampler.own_seconds,
+        "thread_cpu_seconds": thread,
         "forensic_seconds": clinic.forensic_seconds,
         "remedy_seconds": clinic.remedy_seconds,
         "step_seconds": sampler.user_seconds,
@@ -297,6 +300,7 @@ def overhead(sampler: Sampler, clinic: Clinic, settings: Settings) -> dict[str, 
         "forensic_budget": clinic.forensic_budget,
         "sample_stride": stride,
         "latency_steps": latency_steps(settings, stride),
+        "sampling": sampler.mode,
     }
 
 

@@ -376,8 +376,10 @@ def _overhead_line(overhead: dict[str, float]) -> str | None:
     paced = f"a sample every {stride} step(s): a fast leak is found within ~{latency} steps" if latency else ""
     run, total = overhead.get("run_seconds"), overhead.get("total_seconds")
     if run and total is not None:
-        parts = (f"step() {overhead.get('probe_seconds', 0.0) / run:.2%}, {overhead.get('investigations', 0):g} "
-                 f"investigation(s) {overhead.get('forensic_seconds', 0.0) / run:.2%}")
+        thread = overhead.get("thread_cpu_seconds")
+        parts = (f"step() {overhead.get('probe_seconds', 0.0) / run:.2%}, "
+                 + (f"sampler thread {thread / run:.2%}, " if thread else "")
+                 + f"{overhead.get('investigations', 0):g} investigation(s) {overhead.get('forensic_seconds', 0.0) / run:.2%}")
         return f"overhead: {total / run:.2%} of the run's time ({parts}{'; ' + paced if paced else ''})"
     share = overhead.get("fraction_of_step_time")
     if share is None:

@@ -1,0 +1,169 @@
+"""Reading resident memory off the training thread: the sampler thread.
+
+A daemon thread reads resident memory on a time schedule, tagged with the step count, and keeps the
+minimum of each window of steps (the detector's level-0 entry) for the training thread's next sample,
+which records them (sampling.py): the series, the statistics and the clinic stay on the training thread,
+so every series is recorded up to the same step when a window is judged, and an investigation never opens
+on resident memory alone while the probes read on the training thread (hook counts, live arrays) lag a
+stride behind. The thread does two more things, each a comparison:
+
+- it wakes the training thread (`wake`: its next step samples) when the minima of RISING windows in a row
+  each rose, so that the stride the budget sets between the training thread's samples (hundreds of steps)
+  does not delay a leak's detection; and
+- it raises the memory alarm (`alarm`) when resident memory passes the `watermark`, so that the
+  post-mortem summary is written even while the training thread is inside a long step.
+
+Its pace: READS_PER_WINDOW readings a window at the step time the training thread measured, at most as
+often as THREAD_BUDGET of one core allows at its measured cost per tick, never further apart than
+MAX_INTERVAL. When that budget cannot buy a reading a window (short steps on a machine where a tick is
+dear), `affordable` says so and the sampler reads inline again (sampling.py); the thread then only
+watches the watermark, at MAX_INTERVAL. It is stopped by `stop()` (the doctor's finish), dies with a fork
+(`running` says so; the sampler starts another in a child that steps), and never keeps the process alive
+(daemon). A tick that raises ends the thread, with `failed` saying why; the sampler then reads inline.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections import deque
+from typing import Any, Callable
+
+#: Readings per window of steps: two, so that a window's minimum is seen even when one reading falls on a
+#: step's transient peak.
+READS_PER_WINDOW = 2
+#: The thread's CPU time, as a share of one core, at most.
+THREAD_BUDGET = 0.004
+#: Seconds between readings before the step time is known, and at most ever (the alarm's reaction time).
+FIRST_INTERVAL = 0.01
+MAX_INTERVAL = 1.0
+#: Window minima that must each rise for the thread to wake the training thread (Monitor's RISING).
+RISING = 3
+#: Ticks whose CPU time is averaged into the cost per tick, and measured before `affordable` is known.
+COST_TICKS = 16
+
+
+class SamplerThread:
+    """Reads resident memory on a daemon thread into the window minima the training thread records.
+
+    Args:
+        read: resident memory in bytes (a reader of its own: process.ResidentReader).
+        step_of: the training thread's step count (a plain attribute read), the tag of each reading.
+        step_seconds: the training thread's measured wall time per step (0 while unknown).
+        window: steps per detection window; warmup: the steps before the first window.
+        wake: makes the training thread sample at its next step.
+        alarm: called with (step, resident bytes) while resident memory is past `watermark()`.
+    """
+
+    def __init__(self, read: Callable[[], float], step_of: Callable[[], int], step_seconds: Callable[[], float],
+                 window: int, warmup: int, wake: Callable[[], None], alarm: Callable[[int, float], Any],
+                 watermark: Callable[[], float]) -> None:
+        self.read, self.step_of, self.step_seconds = read, step_of, step_seconds
+        self.window, self.warmup = window, warmup
+        self.wake, self.alarm, self.watermark = wake, alarm, watermark
+        #: (step, value) of each closed window's minimum, oldest first, until the training thread takes them
+        self.minima: deque[tuple[int, float]] = deque(maxlen=4096)
+        self.recording = True  # keeping the window minima (else: the watermark only)
+        self.cpu_seconds = 0.0  # the thread's CPU time so far
+        self.ticks = 0
+        self.wakes = 0
+        self.failed: str | None = None
+        self.cost = 0.0  # CPU seconds per tick, a running mean
+        self._open: tuple[int, int, float] | None = None  # (window, step, value) of the open window's minimum
+        self._rises = 0  # closed minima in a row that each rose
+        self._last = math.inf  # the last closed minimum
+        self._quiet_until = 0  # no wake before this step (one per RISING windows)
+        self._stopped = False
+        self._pid = os.getpid()
+        self._thread = threading.Thread(target=self._run, name="leakdoctor-sampler", daemon=True)
+
+    @property
+    def running(self) -> bool:
+        """Reading, in this process (a fork leaves the thread behind in the parent)."""
+        return self._thread.is_alive() and self._pid == os.getpid() and self.failed is None
+
+    @property
+    def affordable(self) -> bool | None:
+        """Does the CPU budget buy a reading a window at the measured cost and step time? With a margin
+        against flapping: a thread that keeps the minima stops at one reading a window, one that does
+        not starts again at two. None: not known yet (COST_TICKS ticks, and a step time)."""
+        per_step = self.step_seconds()
+        if self.ticks < COST_TICKS or per_step <= 0:
+            return None
+        readings_per_window = self.window * per_step / (self.cost / THREAD_BUDGET)
+        return readings_per_window >= (1.0 if self.recording else 2.0)
+
+    def keep_minima(self, keep: bool) -> None:
+        """Keep the window minima (True), or watch the watermark only; the minima start afresh."""
+        self.recording = keep
+        self._open, self._rises, self._last = None, 0, math.inf
+
+    @property
+    def interval(self) -> float:
+        """Seconds to the next reading: READS_PER_WINDOW a window, within the CPU budget."""
+        per_step = self.step_seconds()
+        if not self.recording:
+            return MAX_INTERVAL
+        wanted = self.window * per_step / READS_PER_WINDOW if per_step > 0 else FIRST_INTERVAL
+        return min(MAX_INTERVAL, max(wanted, self.cost / THREAD_BUDGET))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the thread: it reads no more, and exits when its sleep ends (at most MAX_INTERVAL)."""
+        self._stopped = True
+
+    def take(self) -> list[tuple[int, float]]:
+        """The closed windows' minima since the last take, oldest first (popleft is atomic: the thread may
+        append meanwhile)."""
+        minima, taken = self.minima, []
+        while minima:
+            taken.append(minima.popleft())
+        return taken
+
+    def _run(self) -> None:
+        try:
+            while not self._stopped:
+                time.sleep(self.interval)  # one C call, which releases the GIL; an Event's wait is Python code
+                if self._stopped:
+                    break
+                self._tick()
+                self.ticks += 1
+                cpu = time.thread_time()  # all of this thread's CPU time: the sleeps' bookkeeping too
+                spent, self.cpu_seconds = cpu - self.cpu_seconds, cpu
+                self.cost += (spent - self.cost) / min(self.ticks, COST_TICKS)
+        except Exception as err:  # noqa: BLE001 - the training thread reads inline instead
+            self.failed = f"{type(err).__name__}: {err}"
+
+    def _tick(self) -> None:
+        step = self.step_of()  # the steps done before the reading: it holds what they kept
+        value = self.read()
+        if value > self.watermark():
+            self.wake()
+            self.alarm(step, value)
+        if self.recording and step > self.warmup:
+            self._keep(step, value)
+
+    def _keep(self, step: int, value: float) -> None:
+        """Fold the reading into its window's minimum; a window that closed is kept, and the RISING-th
+        minimum in a row to rise wakes the training thread."""
+        window = (step - self.warmup - 1) // self.window
+        opened = self._open
+        if opened is not None and opened[0] == window:
+            if value < opened[2]:
+                self._open = (window, step, value)
+            return
+        self._open = (window, step, value)
+        if opened is None:
+            return
+        closed = opened[2]
+        self.minima.append((opened[1], closed))
+        self._rises = self._rises + 1 if closed > self._last else 0
+        self._last = closed
+        if self._rises >= RISING and step >= self._quiet_until:
+            self._quiet_until = step + RISING * self.window
+            self.wakes += 1
+            self.wake()
