@@ -59,6 +59,7 @@ WAKE_SLEEP = 0.01
 DEFAULT_SECONDS = 8
 SKIP_CALLS = 50  # of each of the two calls timed in turn: the first 100 steps
 BLOCK_SECONDS = 3.0
+WARM_SECONDS = 2.0
 PAIRS = 4
 SLOWDOWN_KINDS = ("gil", "python")
 FORCED = ("thread", "inline")
@@ -333,14 +334,14 @@ def _timed(work: Callable[[int], None], n: int) -> float:
     return time.perf_counter() - start
 
 
-def throughput(unit: Callable[[], None], doctor: Any | None) -> tuple[float, float]:
-    """Units of work per second over a block of BLOCK_SECONDS: the units completed until the first to end
+def throughput(unit: Callable[[], None], doctor: Any | None, seconds: float = BLOCK_SECONDS) -> tuple[float, float]:
+    """Units of work per second over a block of `seconds`: the units completed until the first to end
     past it, over the wall time to its end (so that the rate loses no fraction of a unit), and over the
     process's CPU time (every thread's: the sampler thread's too), which other processes taking the
     cores inflate less; with the doctor, `doctor.step()` after each unit."""
     clock = time.perf_counter
     start, cpu = clock(), time.process_time()
-    end, units = start + BLOCK_SECONDS, 0
+    end, units = start + seconds, 0
     if doctor is None:
         while True:
             unit()
@@ -362,8 +363,9 @@ def throughput(unit: Callable[[], None], doctor: Any | None) -> tuple[float, flo
 def slowdown(kind: str, step_ms: float, sampler: str = "auto") -> dict[str, Any]:
     """Work done in a fixed time without and with the doctor, in one process: blocks of BLOCK_SECONDS in
     the order without, with, with, without, ... (PAIRS pairs). Without: the loop alone, no doctor exists
-    and no sampler thread runs. With: a fresh LeakDoctor(verbose=False, sampler=sampler) built before the
-    block, `doctor.step()` after each unit, finished after it (the sampler thread joined, outside the
+    and no sampler thread runs. With: a fresh LeakDoctor(verbose=False, sampler=sampler) built and run for
+    WARM_SECONDS before the block (its warm-up and the pacer's first strides: a long run's steady state is
+    timed), `doctor.step()` after each unit, finished after it (the sampler thread joined, outside the
     block). The slowdown of a pair is rate without / rate with - 1; the spread of the blocks without
     (max - min over their median) is the machine's noise."""
     import gc
@@ -378,6 +380,8 @@ def slowdown(kind: str, step_ms: float, sampler: str = "auto") -> dict[str, Any]
     for side in ("without", "with", "with", "without") * (PAIRS // 2) + ("without", "with") * (PAIRS % 2):
         gc.collect()
         doctor = LeakDoctor(verbose=False, sampler=sampler) if side == "with" else None
+        if doctor is not None:  # its warm-up and the pacer's first strides, untimed: a long run's steady state
+            throughput(unit, doctor, WARM_SECONDS)
         start = time.perf_counter()
         rate, cpu_rate = throughput(unit, doctor)
         wall = time.perf_counter() - start

@@ -278,7 +278,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("sampler", "auto", "where resident memory is read: `thread`, on a daemon thread off the training thread "
            "(`step()` then costs a countdown, and a rise wakes the next step whatever the stride); `inline`, on the "
            "sampled steps; `auto`, on the thread while its CPU budget (0.4% of a core) buys a reading a window, "
-           "else inline (short steps where a thread's wake-up is dear); with either of these two, the thread also "
+           "else inline (short steps where a thread's wake-up is dear, or an address space that RLIMIT_AS bounds); with either of these two, the thread also "
            "watches the memory limit (`oom_watermark`) while a step runs", '`"auto"`, `"thread"` or `"inline"`', _sampler),
     Option("verbose", True, "print alerts and the summary on stderr (rank 0 only)", "True or False", _bool),
     Option("rank", 0, "this process's rank: only rank 0 prints and writes `summary_path` (torch, Lightning and "

@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import re
 import sys
+import threading
 import time
 import tracemalloc
 from collections import deque
@@ -51,13 +52,14 @@ class RssReader:
         self._forks = -1
         self._page = 0
         self._process: psutil.Process | None = None
+        self._opening = threading.Lock()
 
     def __call__(self) -> float:
         if self._forks == _forks:
             try:
                 return float(int(os.pread(self._fd, 128, 0).split()[1]) * self._page)
             except OSError:  # the descriptor was closed behind our back (os.closerange): reopen
-                pass
+                self._forks = -1
         return self._open()
 
     def mapped(self) -> float:
@@ -69,14 +71,18 @@ class RssReader:
         return float(self._psutil().memory_info().vms)
 
     def _open(self) -> float:
-        self.close()  # in a forked child, the inherited copy of the parent's descriptor
-        if sys.platform.startswith("linux"):
-            try:
-                self._fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
-                self._page, self._forks = os.sysconf("SC_PAGE_SIZE"), _forks
-                return self()
-            except OSError:
-                self.close()
+        with self._opening:  # two threads read through one reader (the sampler thread's): one opens it
+            if self._forks != _forks:
+                self.close()  # in a forked child, the inherited copy of the parent's descriptor
+                if sys.platform.startswith("linux"):
+                    try:
+                        self._fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+                        self._page, self._forks = os.sysconf("SC_PAGE_SIZE"), _forks
+                    except OSError:
+                        self.close()
+            fd = self._fd
+        if fd >= 0:
+            return float(int(os.pread(fd, 128, 0).split()[1]) * self._page)
         return float(self._psutil().memory_info().rss)
 
     def _psutil(self) -> psutil.Process:
@@ -140,20 +146,24 @@ class RssProbe:
         self._read.close()
 
     def thread_reader(self) -> "ResidentReader":
-        """A reader of resident memory for the sampler thread (reading/thread.py), with a descriptor of its
-        own: the two threads never share a buffer or an offset."""
-        return ResidentReader()
+        """A reader of resident memory for the sampler thread (reading/thread.py)."""
+        return ResidentReader(self._read)
 
     def spec(self, metric: str) -> MetricSpec:
         return self._specs[metric]
 
 
-class ResidentReader(RssReader):
+class ResidentReader:
     """`rss_bytes` as RssProbe.read reads it (less tracemalloc's own memory while it traces), as a
-    callable with a descriptor of its own."""
+    callable for the sampler thread, through the probe's reader: a pread takes no file offset, so the two
+    threads share one descriptor (a running doctor holds one, whatever reads it)."""
+
+    def __init__(self, read: RssReader) -> None:
+        self._read = read
+        self.close = read.close
 
     def __call__(self) -> float:
-        value = super().__call__()
+        value = self._read()
         if tracemalloc.is_tracing():
             value -= tracemalloc.get_tracemalloc_memory()
         return value

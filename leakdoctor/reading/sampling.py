@@ -13,6 +13,14 @@ PACE_EVERY samples at a time: the clock of the own account and of a caller timin
 Investigations, remedies and self-pacing probes have budgets of their own and are left out. Once a
 metric rises (Monitor.rising), windows are sampled at least twice each for HURRY_WINDOWS windows,
 whatever the budget, so that a fast leak is confirmed at the pace of the statistics.
+
+With the sampler thread (thread.py, `sampler="auto"` or `"thread"`), resident memory is read off the
+training thread: each sample records the window minima the thread kept since the last one, and reads
+resident memory itself when the thread kept none, and while the doctor samples every window anyway (a
+stride within a window), hurries or investigates (every probe at the step, as without the thread). The training
+thread's own samples then get INLINE_SHARE of the budget: the probes that stay on it (hook counts, live
+arrays, your gauges). A thread whose budget cannot buy a reading a window is told to watch the memory
+limit only, and resident memory is read here again, with the whole budget, until it can.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ PACE_EVERY = 8
 HURRY_WINDOWS = 8
 #: The share of the budget left to the training thread's samples while the sampler thread reads the
 #: counters: what the probes that stay on the training thread (hook counts, live arrays) may cost.
-INLINE_SHARE = 0.3
+INLINE_SHARE = 0.1
 
 
 class Sampler:
@@ -78,6 +86,10 @@ class Sampler:
         self._threaded = [p for p in self.probes.threaded() if RESIDENT in getattr(p, "metrics", ())][:1]
         if not self._threaded:
             return
+        if self.settings.sampler == "auto" and _address_space_limited():
+            self.inline_why = ("RLIMIT_AS limits the address space, and a thread maps some 72 MiB of it (its "
+                               "stack and its malloc arena): resident memory is read on the sampled steps")
+            return
         settings, probe = self.settings, self._threaded[0]
 
         def new_thread() -> SamplerThread:
@@ -114,9 +126,10 @@ class Sampler:
         """Record the window minima the sampler thread kept since the last sample, read the due probes and
         record them (with the user's step times, except while an investigation runs every step); return
         {metric: pyramid levels that completed a window}. Resident memory is read here too when the thread
-        kept no minimum since the last sample, and while the doctor investigates or hurries (as without
-        the thread: every probe at the step, the thread's minima left out)."""
-        dense = investigating or step < self.hurry_until
+        kept no minimum since the last sample, and while the doctor samples every window anyway (a stride
+        within a window), hurries or investigates (as without the thread: every probe at the step, the
+        thread's minima left out)."""
+        dense = investigating or step < self.hurry_until or self.pacer.every <= self.settings.window
         completed = self._record_minima(step, dense)
         readings = self.probes.read_due(self._threaded if completed else ())
         if not investigating:
@@ -221,3 +234,11 @@ class Sampler:
             self.pacer.update(self._costs / PACE_EVERY, self.step_seconds, steps / PACE_EVERY)
             self._costs, self._costed = 0.0, 0
 
+
+def _address_space_limited() -> bool:
+    """Is this process's virtual size bounded (a soft RLIMIT_AS), so that a thread's reservations count?"""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return False
+    return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY

@@ -17,7 +17,8 @@ Its pace: READS_PER_WINDOW readings a window at the step time the training threa
 often as THREAD_BUDGET of one core allows at its measured cost per tick, never further apart than
 MAX_INTERVAL. When that budget cannot buy a reading a window (short steps on a machine where a tick is
 dear), `affordable` says so and the sampler reads inline again (sampling.py); the thread then only
-watches the watermark, at MAX_INTERVAL. It is stopped by `stop()` (the doctor's finish), dies with a fork
+watches the watermark, at MAX_INTERVAL. It is stopped by `stop()` (the doctor's finish: it wakes at once
+and closes its descriptor), dies with a fork
 (`running` says so; the sampler starts another in a child that steps), and never keeps the process alive
 (daemon). A tick that raises ends the thread, with `failed` saying why; the sampler then reads inline.
 """
@@ -76,6 +77,8 @@ class SamplerThread:
         self._last = math.inf  # the last closed minimum
         self._quiet_until = 0  # no wake before this step (one per RISING windows)
         self._stopped = False
+        self._sleep = threading.Lock()
+        self._sleep.acquire()
         self._pid = os.getpid()
         self._thread = threading.Thread(target=self._run, name="leakdoctor-sampler", daemon=True)
 
@@ -112,9 +115,14 @@ class SamplerThread:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
-        """End the thread: it reads no more, and exits when its sleep ends (at most MAX_INTERVAL)."""
+    def stop(self, timeout: float = 1.0) -> None:
+        """End the thread (from any thread but its own): it wakes at once, closes its reader and exits."""
+        if self._stopped:
+            return
         self._stopped = True
+        self._sleep.release()
+        if self._thread.is_alive() and self._pid == os.getpid() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
 
     def take(self) -> list[tuple[int, float]]:
         """The closed windows' minima since the last take, oldest first (popleft is atomic: the thread may
@@ -126,10 +134,9 @@ class SamplerThread:
 
     def _run(self) -> None:
         try:
-            while not self._stopped:
-                time.sleep(self.interval)  # one C call, which releases the GIL; an Event's wait is Python code
-                if self._stopped:
-                    break
+            # A lock held until stop() releases it: waiting on it is one C call that releases the GIL and
+            # ends at once on stop() (an Event's wait is Python code, a sleep cannot be cut short)
+            while not self._sleep.acquire(timeout=self.interval):
                 self._tick()
                 self.ticks += 1
                 cpu = time.thread_time()  # all of this thread's CPU time: the sleeps' bookkeeping too
@@ -137,6 +144,10 @@ class SamplerThread:
                 self.cost += (spent - self.cost) / min(self.ticks, COST_TICKS)
         except Exception as err:  # noqa: BLE001 - the training thread reads inline instead
             self.failed = f"{type(err).__name__}: {err}"
+        finally:
+            close = getattr(self.read, "close", None)
+            if close is not None:
+                close()
 
     def _tick(self) -> None:
         step = self.step_of()  # the steps done before the reading: it holds what they kept

@@ -301,6 +301,7 @@ def overhead(sampler: Sampler, clinic: Clinic, settings: Settings) -> dict[str, 
         "sample_stride": stride,
         "latency_steps": latency_steps(settings, stride),
         "sampling": sampler.mode,
+        **({"sampling_why": sampler.inline_why} if sampler.mode == "inline" and sampler.inline_why else {}),
     }
 
 
