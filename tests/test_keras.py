@@ -305,7 +305,8 @@ def test_activations_kept_within_one_fit_are_found_on_the_batch_clock():
     assert found["metric"] == "rss_bytes" and [f["cause"] for f in summary["findings"]] == ["retained_graph"]
     assert found["location"] == f"activations_kept.<locals>.Keeper.activations ({site('activation-kept')})"
     assert says(found["evidence"], "within_fit", "fit_batches", call=1, batches=batches)
-    assert says(found["evidence"], "list_grew", list="Keeper.activations") and "(64, 64) float32" in found["evidence"]
+    assert says(found["evidence"], "list_grew", list="Keeper.activations") and "(64, 64) float32" in found["evidence"], \
+        found["evidence"]
     assert found["first_step"] == found["detected_step"] == 1  # on the clock of calls: the first call
     assert found["rate_per_step"] >= batches * 64 * 64 * 4  # per call: at least each batch's kept activation
 

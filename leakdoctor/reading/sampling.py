@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+from leakdoctor.judging.detect import is_material
 from leakdoctor.lifecycle.guard import Guard
 from leakdoctor.reading.monitor import Monitor
 from leakdoctor.reading.pacing import Pacer
@@ -91,10 +92,14 @@ class Sampler:
                                "stack and its malloc arena): resident memory is read on the sampled steps")
             return
         settings, probe = self.settings, self._threaded[0]
+        limit = probe.spec(RESIDENT).limit
+
+        def matters(rate: float, level: float) -> bool:
+            return is_material("bytes", rate, level, settings.horizon, limit)
 
         def new_thread() -> SamplerThread:
             return SamplerThread(probe.thread_reader(), step_of, lambda: self.step_seconds, settings.window,
-                                 settings.warmup, wake, alarm, watermark)
+                                 settings.warmup, wake, alarm, watermark, matters)
 
         self._new_thread = new_thread
         self._restart_thread()
@@ -189,9 +194,9 @@ class Sampler:
             self._restart_thread()
 
     def _restart_thread(self) -> None:
+        """A new thread, which measures its cost before it keeps the minima (_thread_now decides)."""
         self.thread = self._new_thread()
         self.thread.start()
-        self.pacer.budget = self.settings.overhead * INLINE_SHARE
 
     def steps_to_next(self, step: int) -> int:
         """The steps to the next sample: the pacer's stride, at most half a window while hurrying."""

@@ -8,7 +8,7 @@ on resident memory alone while the probes read on the training thread (hook coun
 stride behind. The thread does two more things, each a comparison:
 
 - it wakes the training thread (`wake`: its next step samples) when the minima of RISING windows in a row
-  each rose, so that the stride the budget sets between the training thread's samples (hundreds of steps)
+  each rose, at a rate that could matter over the horizon, so that the stride the budget sets between the training thread's samples (hundreds of steps)
   does not delay a leak's detection; and
 - it raises the memory alarm (`alarm`) when resident memory passes the `watermark`, so that the
   post-mortem summary is written even while the training thread is inside a long step.
@@ -25,7 +25,6 @@ and closes its descriptor), dies with a fork
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
@@ -56,25 +55,26 @@ class SamplerThread:
         window: steps per detection window; warmup: the steps before the first window.
         wake: makes the training thread sample at its next step.
         alarm: called with (step, resident bytes) while resident memory is past `watermark()`.
+        matters: whether a rise of (bytes per step) from (bytes) could matter over the horizon; a rise
+            that could not (a page now and then) wakes nothing.
     """
 
     def __init__(self, read: Callable[[], float], step_of: Callable[[], int], step_seconds: Callable[[], float],
                  window: int, warmup: int, wake: Callable[[], None], alarm: Callable[[int, float], Any],
-                 watermark: Callable[[], float]) -> None:
+                 watermark: Callable[[], float], matters: Callable[[float, float], bool]) -> None:
         self.read, self.step_of, self.step_seconds = read, step_of, step_seconds
         self.window, self.warmup = window, warmup
-        self.wake, self.alarm, self.watermark = wake, alarm, watermark
+        self.wake, self.alarm, self.watermark, self.matters = wake, alarm, watermark, matters
         #: (step, value) of each closed window's minimum, oldest first, until the training thread takes them
         self.minima: deque[tuple[int, float]] = deque(maxlen=4096)
-        self.recording = True  # keeping the window minima (else: the watermark only)
+        self.recording = False  # keeping the window minima (else: the watermark only), once affordable
         self.cpu_seconds = 0.0  # the thread's CPU time so far
         self.ticks = 0
         self.wakes = 0
         self.failed: str | None = None
         self.cost = 0.0  # CPU seconds per tick, a running mean
         self._open: tuple[int, int, float] | None = None  # (window, step, value) of the open window's minimum
-        self._rises = 0  # closed minima in a row that each rose
-        self._last = math.inf  # the last closed minimum
+        self._risen: deque[tuple[int, float]] = deque(maxlen=RISING + 1)  # the last closed minima, rising
         self._quiet_until = 0  # no wake before this step (one per RISING windows)
         self._stopped = False
         self._sleep = threading.Lock()
@@ -90,23 +90,26 @@ class SamplerThread:
     @property
     def affordable(self) -> bool | None:
         """Does the CPU budget buy a reading a window at the measured cost and step time? With a margin
-        against flapping: a thread that keeps the minima stops at one reading a window, one that does
-        not starts again at two. None: not known yet (COST_TICKS ticks, and a step time)."""
+        against flapping: a thread that keeps the minima stops below one reading a window, one that does
+        not starts at one and a half. None: not known yet (COST_TICKS ticks, and a step time)."""
         per_step = self.step_seconds()
         if self.ticks < COST_TICKS or per_step <= 0:
             return None
         readings_per_window = self.window * per_step / (self.cost / THREAD_BUDGET)
-        return readings_per_window >= (1.0 if self.recording else 2.0)
+        return readings_per_window >= (1.0 if self.recording else 1.5)
 
     def keep_minima(self, keep: bool) -> None:
         """Keep the window minima (True), or watch the watermark only; the minima start afresh."""
         self.recording = keep
-        self._open, self._rises, self._last = None, 0, math.inf
+        self._open = None
+        self._risen.clear()
 
     @property
     def interval(self) -> float:
         """Seconds to the next reading: READS_PER_WINDOW a window, within the CPU budget."""
         per_step = self.step_seconds()
+        if self.ticks < COST_TICKS:  # its cost is being measured
+            return FIRST_INTERVAL
         if not self.recording:
             return MAX_INTERVAL
         wanted = self.window * per_step / READS_PER_WINDOW if per_step > 0 else FIRST_INTERVAL
@@ -170,11 +173,15 @@ class SamplerThread:
         self._open = (window, step, value)
         if opened is None:
             return
-        closed = opened[2]
-        self.minima.append((opened[1], closed))
-        self._rises = self._rises + 1 if closed > self._last else 0
-        self._last = closed
-        if self._rises >= RISING and step >= self._quiet_until:
-            self._quiet_until = step + RISING * self.window
-            self.wakes += 1
-            self.wake()
+        closed = (opened[1], opened[2])
+        self.minima.append(closed)
+        risen = self._risen
+        if risen and closed[1] <= risen[-1][1]:
+            risen.clear()
+        risen.append(closed)
+        if len(risen) > RISING and step >= self._quiet_until:
+            (first, low), (last, high) = risen[0], risen[-1]
+            if self.matters((high - low) / max(1, last - first), high):
+                self._quiet_until = step + RISING * self.window
+                self.wakes += 1
+                self.wake()
