@@ -275,11 +275,12 @@ OPTIONS: tuple[Option, ...] = (
            _at_least(3)),
     Option("overhead", 0.005, "the share of step time sampling may cost; the doctor samples less often to stay "
            "under it (1.0: every step)", "a number in (0, 1]", _fraction),
-    Option("sampler", "auto", "where resident memory is read: `thread`, on a daemon thread off the training thread "
-           "(`step()` then costs a countdown, and a rise wakes the next step whatever the stride); `inline`, on the "
-           "sampled steps; `auto`, on the thread while its CPU budget (0.4% of a core) buys a reading a window, "
-           "else inline (short steps where a thread's wake-up is dear, or an address space that RLIMIT_AS bounds); with either of these two, the thread also "
-           "watches the memory limit (`oom_watermark`) while a step runs", '`"auto"`, `"thread"` or `"inline"`', _sampler),
+    Option("sampler", "auto", "where resident memory's rise is watched: `thread`, also on a daemon thread between the "
+           "sampled steps (a rise wakes the next step, whatever the stride; near the memory limit it writes the "
+           "post-mortem at once, even in a long step); `inline`, on the sampled steps only; `auto`, the thread "
+           "while its CPU budget (0.4% of a core) buys a reading a window, else it watches the memory limit only "
+           "(short steps where a thread's wake-up is dear), and no thread under RLIMIT_AS",
+           '`"auto"`, `"thread"` or `"inline"`', _sampler),
     Option("verbose", True, "print alerts and the summary on stderr (rank 0 only)", "True or False", _bool),
     Option("rank", 0, "this process's rank: only rank 0 prints and writes `summary_path` (torch, Lightning and "
            "multi-process JAX set it; other ranks write their own beside it, leaks.rankN.json)",

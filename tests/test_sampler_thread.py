@@ -1,7 +1,6 @@
-"""The sampler thread (issue #23): resident memory read off the training thread, the window minima handed
-to the next sample, a rise that wakes the training thread, the memory alarm raised while a step runs, a
-forked child that steps with a thread of its own, and the thread's CPU in the honest total. Real threads,
-real memory, a real fork."""
+"""The sampler thread (issue #23): resident memory watched off the training thread, a rise that wakes the
+training thread, the memory alarm raised while a step runs, a forked child that steps with a thread of
+its own, and the thread's CPU in the honest total. Real threads, real memory, a real fork."""
 
 from __future__ import annotations
 
@@ -36,7 +35,7 @@ def leaking_loop(doctor: LeakDoctor, steps: int, start: int, per_step: int, paus
 
 
 @pytest.mark.filterwarnings("ignore::leakdoctor.lifecycle.guard.LeakDoctorWarning")  # the projection to the limit
-def test_a_leak_read_off_the_training_thread_is_found_at_its_line_and_the_thread_is_in_the_total():
+def test_a_leak_watched_off_the_training_thread_is_found_at_its_line_and_the_thread_is_in_the_total():
     per_step = int(0.01 * psutil.Process().memory_info().rss)
     with LeakDoctor(sampler="thread", verbose=False) as doctor:
         assert len(sampler_threads()) >= 1

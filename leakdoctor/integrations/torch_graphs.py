@@ -294,11 +294,11 @@ def _graphs_account(ev: Evidence, metric: str, census: Retained) -> bool:
 
 
 def _describe(ev: Evidence, metric: str, census: Retained) -> str:
-    """How the metric grew: over the window; or (no suspect of this investigation) by the kept graphs'
-    bytes for memory, by its trend for a count."""
-    if ev.growing(metric):
-        return ev.describe(metric)
+    """How the metric grew: over the window (a suspect that grew, or a count that kept an item a step);
+    or (no suspect of this investigation) by the kept graphs' bytes for memory, by its trend for a count."""
     unit = ev.specs[metric].unit if metric in ev.specs else "count"
+    if ev.growing(metric) or unit != "bytes" and ev.growth(metric) >= ev.steps:
+        return ev.describe(metric)
     if unit == "bytes" and not census.graph_bytes:  # a chain: each step's graph nodes, and no tensor gained
         return f"{metric} showing no growth of its own in this window (a chain's nodes are small)"
     if unit == "bytes":
@@ -307,6 +307,8 @@ def _describe(ev: Evidence, metric: str, census: Retained) -> str:
 
 
 def _grows(ev: Evidence, metric: str) -> bool:
-    """Growing now, or known to grow (a metric an earlier finding explains is no longer investigated)."""
+    """Growing now, or known to grow (a metric an earlier finding explains is no longer investigated), or
+    kept an item a step over the window at least (the holder's list, whose series, read at the stride,
+    may hold too few windows for a trend when a fast leak is investigated early)."""
     trend = ev.trends.get(metric)
-    return metric in ev.confirmed or bool(trend and trend.growing)
+    return metric in ev.confirmed or bool(trend and trend.growing) or ev.growth(metric) >= ev.steps

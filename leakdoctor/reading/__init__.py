@@ -5,6 +5,6 @@ Data flows: sampling.py (which steps are sampled; the per-step path, the doctor'
 paced and timed out by gauges.py) → monitor.py (each metric's series.py, in bounded memory, and when a
 metric is suspect), which hands the windows that closed to the judging (leakdoctor/judging/). pacing.py
 sets how many steps apart a sample, or anything else that costs time, comes to stay within its budget.
-thread.py reads resident memory off the training thread into window minima that the next sample records,
-and wakes the training thread when they rise.
+thread.py watches resident memory off the training thread, window by window, and wakes the training
+thread when it rises.
 """

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Container, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from leakdoctor.integrations import MetricSpec, Probe
 from leakdoctor.lifecycle.guard import Guard
@@ -88,20 +88,15 @@ class Probes:
         return set(self._specs).union(*(getattr(s.probe, "metrics", ()) for s in self._scheduled))
 
     def threaded(self) -> list[Probe]:
-        """The probes that can be read off the training thread: those that give a reader of their own
+        """The probes that can be read off the training thread: those that give a reader for it
         (`thread_reader`), such as resident memory's."""
-        probes = [s.probe for s in self._scheduled if hasattr(s.probe, "thread_reader")]
-        for probe in probes:  # the thread may read them first
-            self._learn(probe, dict.fromkeys(getattr(probe, "metrics", ())))
-        return probes
+        return [s.probe for s in self._scheduled if hasattr(s.probe, "thread_reader")]
 
-    def read_due(self, skip: Container[Probe] = ()) -> dict[str, float]:
-        """Readings of the probes due on this sample, but those in `skip` (the sampler thread read them)."""
+    def read_due(self) -> dict[str, float]:
+        """Readings of the probes due on this sample."""
         readings: dict[str, float] = {}
         specs = self._specs
         for scheduled in self._scheduled:
-            if scheduled.probe in skip:
-                continue
             scheduled.countdown -= 1
             if scheduled.countdown > 0:
                 continue

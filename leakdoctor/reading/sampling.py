@@ -14,19 +14,16 @@ Investigations, remedies and self-pacing probes have budgets of their own and ar
 metric rises (Monitor.rising), windows are sampled at least twice each for HURRY_WINDOWS windows,
 whatever the budget, so that a fast leak is confirmed at the pace of the statistics.
 
-With the sampler thread (thread.py, `sampler="auto"` or `"thread"`), resident memory is read off the
-training thread: each sample records the window minima the thread kept since the last one, and reads
-resident memory itself when the thread kept none, and while the doctor samples every window anyway (a
-stride within a window), hurries or investigates (every probe at the step, as without the thread). The training
-thread's own samples then get INLINE_SHARE of the budget: the probes that stay on it (hook counts, live
-arrays, your gauges). A thread whose budget cannot buy a reading a window is told to watch the memory
-limit only, and resident memory is read here again, with the whole budget, until it can.
+With the sampler thread (thread.py, `sampler="auto"` or `"thread"`), resident memory is also watched off
+the training thread, window by window: a rise it sees wakes the next step and starts the hurry, so a
+leak is confirmed at the pace of the statistics however wide the stride. Every series is still recorded
+here, every probe at the same step.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable
 
 from leakdoctor.judging.detect import is_material
 from leakdoctor.lifecycle.guard import Guard
@@ -45,9 +42,6 @@ PACE_EVERY = 8
 #: Windows sampled at least twice each after a metric's window minima rose RISING times in a row, so that
 #: a leak is confirmed (SCALES[0] windows) at the latency of the statistics, not of the budget.
 HURRY_WINDOWS = 8
-#: The share of the budget left to the training thread's samples while the sampler thread reads the
-#: counters: what the probes that stay on the training thread (hook counts, live arrays) may cost.
-INLINE_SHARE = 0.1
 
 
 class Sampler:
@@ -62,7 +56,6 @@ class Sampler:
         self.pacer = Pacer(budget=settings.overhead)
         self.thread: SamplerThread | None = None  # reading the counters off the training thread, if running
         self.thread_cpu_seconds = 0.0  # the CPU time of the sampler threads that ended (a fork's, a failed one)
-        self._threaded: Sequence[Any] = ()  # the probes the thread reads
         self._new_thread: Callable[[], SamplerThread] | None = None
         self.inline_why: str | None = None  # why resident memory went back to being read inline
         self._ended_mode = "inline"  # the mode when the thread was stopped
@@ -81,120 +74,97 @@ class Sampler:
 
     def start_thread(self, wake: Callable[[], None], step_of: Callable[[], int],
                      alarm: Callable[[int, float], Any], watermark: Callable[[], float]) -> None:
-        """Read resident memory on the sampler thread from now on (reading/thread.py), when a probe can
-        give it a reader of its own; the training thread's own samples get INLINE_SHARE of the budget
-        while the thread keeps the window minima."""
-        self._threaded = [p for p in self.probes.threaded() if RESIDENT in getattr(p, "metrics", ())][:1]
-        if not self._threaded:
+        """Watch resident memory on the sampler thread from now on (reading/thread.py), when a probe can
+        give it a reader: a rise it sees wakes the next step and hurries the samples."""
+        probe = next((p for p in self.probes.threaded() if RESIDENT in getattr(p, "metrics", ())), None)
+        if probe is None:
             return
         if self.settings.sampler == "auto" and _address_space_limited():
             self.inline_why = ("RLIMIT_AS limits the address space, and a thread maps some 72 MiB of it (its "
-                               "stack and its malloc arena): resident memory is read on the sampled steps")
+                               "stack and its malloc arena)")
             return
-        settings, probe = self.settings, self._threaded[0]
-        limit = probe.spec(RESIDENT).limit
+        settings, limit = self.settings, probe.spec(RESIDENT).limit
 
         def matters(rate: float, level: float) -> bool:
             return is_material("bytes", rate, level, settings.horizon, limit)
 
+        def rose() -> None:  # on the thread: hurry from the step it saw, and sample at the next
+            self.hurry_until = max(self.hurry_until, step_of() + HURRY_WINDOWS * settings.window)
+            wake()
+
         def new_thread() -> SamplerThread:
             return SamplerThread(probe.thread_reader(), step_of, lambda: self.step_seconds, settings.window,
-                                 settings.warmup, wake, alarm, watermark, matters)
+                                 settings.warmup, rose, alarm, watermark, matters)
 
         self._new_thread = new_thread
         self._restart_thread()
 
     def stop_thread(self) -> None:
-        """Stop the sampler thread (at finish); the counters are read inline from then on."""
+        """Stop the sampler thread (at finish)."""
         if self.thread is not None:
             self.thread.stop()
-            self.thread_cpu_seconds += self.thread.cpu_seconds  # its last tick, if one is under way, is left out
+            self.thread_cpu_seconds += self.thread.cpu_now()
             self._ended_mode = self.mode
             self.thread = None
         self._new_thread = None
-        self.pacer.budget = self.settings.overhead
 
     @property
     def thread_seconds(self) -> float:
         """The sampler threads' CPU time so far."""
-        return self.thread_cpu_seconds + (self.thread.cpu_seconds if self.thread is not None else 0.0)
+        return self.thread_cpu_seconds + (self.thread.cpu_now() if self.thread is not None else 0.0)
 
     @property
     def mode(self) -> str:
-        """Where resident memory was read: "thread" (the sampler thread kept the window minima) or
-        "inline" (on the sampled steps: no thread, or one whose budget could not buy a reading a window)."""
+        """Where resident memory's rise is watched: "thread" (the sampler thread, window by window) or
+        "inline" (on the sampled steps only: no thread, or one whose budget cannot buy a reading a
+        window, which watches the memory limit only)."""
         if self.thread is None:
             return self._ended_mode
-        return "thread" if self.thread.recording else "inline"
+        return "thread" if self.thread.watching else "inline"
 
     def sample(self, step: int, start: float, investigating: bool) -> dict[str, list[int]]:
-        """Record the window minima the sampler thread kept since the last sample, read the due probes and
-        record them (with the user's step times, except while an investigation runs every step); return
-        {metric: pyramid levels that completed a window}. Resident memory is read here too when the thread
-        kept no minimum since the last sample, and while the doctor samples every window anyway (a stride
-        within a window), hurries or investigates (as without the thread: every probe at the step, the
-        thread's minima left out)."""
-        dense = investigating or step < self.hurry_until or self.pacer.every <= self.settings.window
-        completed = self._record_minima(step, dense)
-        readings = self.probes.read_due(self._threaded if completed else ())
+        """Read the due probes and record them (with the user's step times, except while an investigation
+        runs every step); return {metric: pyramid levels that completed a window}."""
+        self._check_thread()
+        readings = self.probes.read_due()
         if not investigating:
             readings[STEP_TIME], readings[STEP_CPU] = self.account_user_time(step, start)
         next_step = step + 1 if investigating else step + self.steps_to_next(step)
-        for metric, levels in self.monitor.record(step, readings, self.probes.spec, next_step).items():
-            completed[metric] = sorted({*completed.get(metric, ()), *levels})
+        completed = self.monitor.record(step, readings, self.probes.spec, next_step)
         if completed and self.monitor.rising(completed):
             self.hurry_until = step + HURRY_WINDOWS * self.settings.window
         return completed
 
-    def _record_minima(self, step: int, dense: bool) -> dict[str, list[int]]:
-        """Record each window minimum the thread kept, after the last reading recorded (each closes its
-        window at once: the next falls in a later one); {} when there is none, or while dense."""
-        thread = self._thread_now()
-        minima = thread.take() if thread is not None else []
-        series = self.monitor.series.get(RESIDENT)
-        after = series.end_step if series is not None else 0
-        completed: dict[str, list[int]] = {}
-        for tag, value in minima if not dense else ():
-            if after < tag <= step:
-                for metric, levels in self.monitor.record(tag, {RESIDENT: value}, self.probes.spec,
-                                                          tag + self.settings.window).items():
-                    completed[metric] = sorted({*completed.get(metric, ()), *levels})
-        return completed
-
-    def _thread_now(self) -> SamplerThread | None:
-        """The thread that keeps the window minima, if any: one that ended is reported (it failed) or
-        replaced (a fork left it in the parent). Where its budget cannot buy a reading a window (short
-        steps, dear ticks), it watches the watermark only and the training thread reads inline, with the
-        whole budget, until the budget buys two a window again."""
+    def _check_thread(self) -> None:
+        """A thread that ended is reported (it failed) or replaced (a fork left it in the parent). One
+        watches the windows only where its budget buys a reading a window (short steps, dear wake-ups:
+        the watermark only), until the budget buys one and a half again."""
         thread = self.thread
         if thread is None:
-            return None
+            return
         if not thread.running:
             self._thread_ended(thread)
-            return self.thread
+            return
         worth = True if self.settings.sampler == "thread" else thread.affordable
-        if worth is not None and worth != thread.recording:
-            thread.keep_minima(worth)
-            self.pacer.budget = self.settings.overhead * (INLINE_SHARE if worth else 1.0)
+        if worth is not None and worth != thread.watching:
+            thread.watch_windows(worth)
             self.inline_why = None if worth else (
-                f"resident memory is read on the sampled steps: a reading off the training thread costs "
-                f"{thread.cost * 1e6:.0f} µs of CPU, so {THREAD_BUDGET:.1%} of a core buys one every "
-                f"{thread.cost / THREAD_BUDGET * 1e3:.0f} ms, and a window is {thread.window * self.step_seconds * 1e3:.1f} ms")
-        return thread if thread.recording else None
+                f"a reading off the training thread costs {thread.cost * 1e6:.0f} µs of CPU, so {THREAD_BUDGET:.1%} "
+                f"of a core buys one every {thread.cost / THREAD_BUDGET * 1e3:.0f} ms, and a window is "
+                f"{thread.window * self.step_seconds * 1e3:.1f} ms: the thread watches the memory limit only")
 
     def _thread_ended(self, thread: SamplerThread) -> None:
-        """A thread that failed is reported once, and resident memory is read inline from then on; one left
-        behind by a fork (this process is the child, and steps) is replaced by one of this process."""
-        self.thread_cpu_seconds += thread.cpu_seconds
+        """A thread that failed is reported once; one left behind by a fork (this process is the child,
+        and steps) is replaced by one of this process."""
+        self.thread_cpu_seconds += thread.cpu_now()
         self.thread = None
-        self.pacer.budget = self.settings.overhead
         if thread.failed is not None:
-            self.guard.disable("sampler thread", f"{thread.failed}; resident memory is read inline")
+            self.guard.disable("sampler thread", f"{thread.failed}; resident memory is watched on the sampled steps")
         elif self._new_thread is not None:
             self._restart_thread()
 
     def _restart_thread(self) -> None:
-        """A new thread, which measures its cost before it keeps the minima (_thread_now decides)."""
+        """A new thread, which measures its cost before it watches the windows (_check_thread decides)."""
         self.thread = self._new_thread()
         self.thread.start()
 

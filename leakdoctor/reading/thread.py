@@ -1,26 +1,25 @@
-"""Reading resident memory off the training thread: the sampler thread.
+"""Watching resident memory off the training thread: the sampler thread.
 
 A daemon thread reads resident memory on a time schedule, tagged with the step count, and keeps the
-minimum of each window of steps (the detector's level-0 entry) for the training thread's next sample,
-which records them (sampling.py): the series, the statistics and the clinic stay on the training thread,
-so every series is recorded up to the same step when a window is judged, and an investigation never opens
-on resident memory alone while the probes read on the training thread (hook counts, live arrays) lag a
-stride behind. The thread does two more things, each a comparison:
+minimum of each window of steps. It does two things with them, each a comparison, and records nothing:
+the series, the statistics and the clinic stay on the training thread, whose samples read every probe
+at the same step, so that an investigation never opens on resident memory while the probes read there
+(hook counts, watched lists, live arrays) lag a stride behind.
 
-- it wakes the training thread (`wake`: its next step samples) when the minima of RISING windows in a row
-  each rose, at a rate that could matter over the horizon, so that the stride the budget sets between the training thread's samples (hundreds of steps)
-  does not delay a leak's detection; and
-- it raises the memory alarm (`alarm`) when resident memory passes the `watermark`, so that the
+- It wakes the training thread (`wake`: its next step samples, and the doctor hurries: samples twice a
+  window) when the minima of RISING windows in a row each rose, at a rate that could matter over the
+  horizon: the stride the budget sets between the training thread's samples does not delay a leak.
+- It raises the memory alarm (`alarm`) when resident memory passes the `watermark`, so that the
   post-mortem summary is written even while the training thread is inside a long step.
 
 Its pace: READS_PER_WINDOW readings a window at the step time the training thread measured, at most as
 often as THREAD_BUDGET of one core allows at its measured cost per tick, never further apart than
-MAX_INTERVAL. When that budget cannot buy a reading a window (short steps on a machine where a tick is
-dear), `affordable` says so and the sampler reads inline again (sampling.py); the thread then only
-watches the watermark, at MAX_INTERVAL. It is stopped by `stop()` (the doctor's finish: it wakes at once
-and closes its descriptor), dies with a fork
-(`running` says so; the sampler starts another in a child that steps), and never keeps the process alive
-(daemon). A tick that raises ends the thread, with `failed` saying why; the sampler then reads inline.
+MAX_INTERVAL. It measures its cost first (COST_TICKS ticks), then watches the windows only where that
+budget buys a reading a window (`affordable`, decided by sampling.py): else (short steps on a machine
+where waking a thread is dear) it watches the watermark only, at MAX_INTERVAL. It is stopped by `stop()`
+(the doctor's finish: it wakes at once and closes its descriptor), dies with a fork (`running` says so;
+the sampler starts another in a child that steps), and never keeps the process alive (daemon). A tick
+that raises ends the thread, with `failed` saying why.
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ COST_TICKS = 16
 
 
 class SamplerThread:
-    """Reads resident memory on a daemon thread into the window minima the training thread records.
+    """Reads resident memory on a daemon thread: wakes the training thread on a rise, alarms near the limit.
 
     Args:
         read: resident memory in bytes (a reader of its own: process.ResidentReader).
@@ -65,9 +64,7 @@ class SamplerThread:
         self.read, self.step_of, self.step_seconds = read, step_of, step_seconds
         self.window, self.warmup = window, warmup
         self.wake, self.alarm, self.watermark, self.matters = wake, alarm, watermark, matters
-        #: (step, value) of each closed window's minimum, oldest first, until the training thread takes them
-        self.minima: deque[tuple[int, float]] = deque(maxlen=4096)
-        self.recording = False  # keeping the window minima (else: the watermark only), once affordable
+        self.watching = False  # watching the window minima (else: the watermark only), once affordable
         self.cpu_seconds = 0.0  # the thread's CPU time so far
         self.ticks = 0
         self.wakes = 0
@@ -90,17 +87,17 @@ class SamplerThread:
     @property
     def affordable(self) -> bool | None:
         """Does the CPU budget buy a reading a window at the measured cost and step time? With a margin
-        against flapping: a thread that keeps the minima stops below one reading a window, one that does
+        against flapping: a thread that watches the windows stops below one reading a window, one that does
         not starts at one and a half. None: not known yet (COST_TICKS ticks, and a step time)."""
         per_step = self.step_seconds()
         if self.ticks < COST_TICKS or per_step <= 0:
             return None
         readings_per_window = self.window * per_step / (self.cost / THREAD_BUDGET)
-        return readings_per_window >= (1.0 if self.recording else 1.5)
+        return readings_per_window >= (1.0 if self.watching else 1.5)
 
-    def keep_minima(self, keep: bool) -> None:
-        """Keep the window minima (True), or watch the watermark only; the minima start afresh."""
-        self.recording = keep
+    def watch_windows(self, keep: bool) -> None:
+        """Watch the window minima (True), or the watermark only; the minima start afresh."""
+        self.watching = keep
         self._open = None
         self._risen.clear()
 
@@ -110,13 +107,27 @@ class SamplerThread:
         per_step = self.step_seconds()
         if self.ticks < COST_TICKS:  # its cost is being measured
             return FIRST_INTERVAL
-        if not self.recording:
+        if not self.watching:
             return MAX_INTERVAL
         wanted = self.window * per_step / READS_PER_WINDOW if per_step > 0 else FIRST_INTERVAL
         return min(MAX_INTERVAL, max(wanted, self.cost / THREAD_BUDGET))
 
     def start(self) -> None:
         self._thread.start()
+        try:  # its CPU clock, which another thread can read: the step's CPU time leaves this thread's out
+            self._clock: int | None = time.pthread_getcpuclockid(self._thread.ident)
+        except (AttributeError, OSError):  # not on this platform
+            self._clock = None
+
+    def cpu_now(self) -> float:
+        """The thread's CPU time up to now, read from any thread (its last tick's count where the clock
+        cannot be read: the thread ended, or the platform has none)."""
+        if self._clock is not None and self._thread.is_alive():
+            try:
+                return time.clock_gettime(self._clock)
+            except OSError:
+                pass
+        return self.cpu_seconds
 
     def stop(self, timeout: float = 1.0) -> None:
         """End the thread (from any thread but its own): it wakes at once, closes its reader and exits."""
@@ -127,16 +138,9 @@ class SamplerThread:
         if self._thread.is_alive() and self._pid == os.getpid() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
-    def take(self) -> list[tuple[int, float]]:
-        """The closed windows' minima since the last take, oldest first (popleft is atomic: the thread may
-        append meanwhile)."""
-        minima, taken = self.minima, []
-        while minima:
-            taken.append(minima.popleft())
-        return taken
-
     def _run(self) -> None:
         try:
+            self.read()  # at once: the thread's first allocations (its malloc arena) come before the steps
             # A lock held until stop() releases it: waiting on it is one C call that releases the GIL and
             # ends at once on stop() (an Event's wait is Python code, a sleep cannot be cut short)
             while not self._sleep.acquire(timeout=self.interval):
@@ -158,12 +162,12 @@ class SamplerThread:
         if value > self.watermark():
             self.wake()
             self.alarm(step, value)
-        if self.recording and step > self.warmup:
+        if self.watching and step > self.warmup:
             self._keep(step, value)
 
     def _keep(self, step: int, value: float) -> None:
-        """Fold the reading into its window's minimum; a window that closed is kept, and the RISING-th
-        minimum in a row to rise wakes the training thread."""
+        """Fold the reading into its window's minimum; the RISING-th closed minimum in a row to rise, at a
+        rate that matters, wakes the training thread."""
         window = (step - self.warmup - 1) // self.window
         opened = self._open
         if opened is not None and opened[0] == window:
@@ -174,7 +178,6 @@ class SamplerThread:
         if opened is None:
             return
         closed = (opened[1], opened[2])
-        self.minima.append(closed)
         risen = self._risen
         if risen and closed[1] <= risen[-1][1]:
             risen.clear()
