@@ -10,7 +10,7 @@
    pacer still learning what a sample costs: it widens its stride at most twofold at a time) or after
    SETTLED_SECONDS of steps (the stride the budget settled on); steps from its start to the finding,
    against what the summary says the budget bought (`overhead["latency_steps"]`); and, from the summary
-   at the end, where resident memory was read (`overhead["sampling"]`) and the sampler thread's CPU time.
+   at the end, where resident memory's rise was watched (`overhead["sampling"]`) and the sampler thread's CPU time.
 4. The machine's floor: an empty call, a sample's bare minimum (one pread of /proc/self/statm, the
    process's CPU clock, three appends to a list), an RSS-only sample and one sample of the doctor (plain
    Python), each after 1, 5 and 20 ms of other work, in this thread's CPU time. What a few microseconds
@@ -216,9 +216,9 @@ def floor() -> dict[str, Any]:
         kept.clear()
     doctor.finish()
     os.close(fd)
-    reader = ResidentReader()
-    result["thread"] = {"wake": wake_cost(), "wake_read": wake_cost(reader)}
-    reader.close()
+    rss = RssReader()
+    result["thread"] = {"wake": wake_cost(), "wake_read": wake_cost(ResidentReader(rss))}
+    rss.close()
     return result
 
 
@@ -512,8 +512,8 @@ Detection latency at the defaults: plain Python, a leak of {LEAK_SHARE:.1%} of R
 list) from step {LEAK_START} (the pacer still widening its stride) or after {SETTLED_SECONDS:.0f} s of steps (the
 stride settled). Target: at most 50 steps from its start to the finding. "stride" and "summary's latency"
 are the doctor's as the leak starts (`doctor.summary.overhead`: `sample_stride`, `latency_steps`);
-"sampling" and "thread CPU" its summary's at the end (`overhead["sampling"]`: where resident memory was
-read, "thread" or "inline"; `overhead["thread_cpu_seconds"]`).
+"sampling" and "thread CPU" its summary's at the end (`overhead["sampling"]`: where resident memory's rise
+was watched, "thread" or "inline"; `overhead["thread_cpu_seconds"]`).
 
 {table(["step", "leak from step", "leak per step", "cause", "steps to detect", "stride", "summary's latency",
         "sampling", "thread CPU"], latency_rows)}
@@ -535,7 +535,8 @@ a loop for {WAKE_SECONDS:.0f} s while the main thread busy-waits in Python (its 
 wakes, the GIL's handover included), bare and with a read of resident memory
 (`leakdoctor.integrations.process.ResidentReader`); and how far apart the thread's budget (0.4% of a
 core) allows such wakes. Where a window of steps is shorter than that, the thread cannot afford a reading
-a window, and `sampler="auto"` reads resident memory inline, on the sampled steps.
+a window, and with `sampler="auto"` it watches the memory limit only (resident memory's rise is then
+watched on the sampled steps).
 
 {table(["what", "CPU per wake", "wakes", "affordable every"], wake_rows)}
 
@@ -562,9 +563,9 @@ in a loop (BLAS releases the GIL, so the sampler thread need not wait for it); "
 arithmetic loop (which holds the GIL: the thread's every wake waits for the training thread to hand it
 over). Blocks of {BLOCK_SECONDS:.0f} s alternate without, with, with, without, ... ({PAIRS} pairs): without, the
 loop alone (no doctor exists, no sampler thread runs); with, a fresh `LeakDoctor(verbose=False,
-sampler=...)` built before the block, `doctor.step()` after each unit, finished (and its thread joined)
-after the block, outside it. Each with-block is a fresh doctor's first {BLOCK_SECONDS:.0f} s: its warm-up and the
-pacer's learning included. A block's rate is the units completed over the time to the end of the last
+sampler=...)` built and run for {WARM_SECONDS:.0f} s before the block (its warm-up and the pacer's learning: the
+block times a long run's steady state), `doctor.step()` after each unit, finished (and its thread joined)
+after the block, outside it. A block's rate is the units completed over the time to the end of the last
 (wall time; and, beside it, the process's CPU time, the sampler thread's included, which other processes
 taking the cores inflate less). Slowdown: the median over pairs of rate without / rate with - 1,
 with its min and max over the pairs; "noise": the spread of the blocks without the doctor ((max - min)

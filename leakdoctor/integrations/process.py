@@ -156,11 +156,10 @@ class RssProbe:
 class ResidentReader:
     """`rss_bytes` as RssProbe.read reads it (less tracemalloc's own memory while it traces), as a
     callable for the sampler thread, through the probe's reader: a pread takes no file offset, so the two
-    threads share one descriptor (a running doctor holds one, whatever reads it)."""
+    threads share one descriptor (a running doctor holds one, whatever reads it; the probe closes it)."""
 
     def __init__(self, read: RssReader) -> None:
         self._read = read
-        self.close = read.close
 
     def __call__(self) -> float:
         value = self._read()

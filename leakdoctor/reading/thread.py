@@ -17,7 +17,7 @@ often as THREAD_BUDGET of one core allows at its measured cost per tick, never f
 MAX_INTERVAL. It measures its cost first (COST_TICKS ticks), then watches the windows only where that
 budget buys a reading a window (`affordable`, decided by sampling.py): else (short steps on a machine
 where waking a thread is dear) it watches the watermark only, at MAX_INTERVAL. It is stopped by `stop()`
-(the doctor's finish: it wakes at once and closes its descriptor), dies with a fork (`running` says so;
+(the doctor's finish: it wakes at once), dies with a fork (`running` says so;
 the sampler starts another in a child that steps), and never keeps the process alive (daemon). A tick
 that raises ends the thread, with `failed` saying why.
 """
@@ -48,7 +48,7 @@ class SamplerThread:
     """Reads resident memory on a daemon thread: wakes the training thread on a rise, alarms near the limit.
 
     Args:
-        read: resident memory in bytes (a reader of its own: process.ResidentReader).
+        read: resident memory in bytes (process.ResidentReader: the probe's descriptor, which pread shares).
         step_of: the training thread's step count (a plain attribute read), the tag of each reading.
         step_seconds: the training thread's measured wall time per step (0 while unknown).
         window: steps per detection window; warmup: the steps before the first window.
@@ -81,7 +81,7 @@ class SamplerThread:
 
     @property
     def running(self) -> bool:
-        """Reading, in this process (a fork leaves the thread behind in the parent)."""
+        """Alive in this process (a fork leaves the thread behind in the parent), and not failed."""
         return self._thread.is_alive() and self._pid == os.getpid() and self.failed is None
 
     @property
@@ -95,9 +95,9 @@ class SamplerThread:
         readings_per_window = self.window * per_step / (self.cost / THREAD_BUDGET)
         return readings_per_window >= (1.0 if self.watching else 1.5)
 
-    def watch_windows(self, keep: bool) -> None:
+    def watch_windows(self, watch: bool) -> None:
         """Watch the window minima (True), or the watermark only; the minima start afresh."""
-        self.watching = keep
+        self.watching = watch
         self._open = None
         self._risen.clear()
 
@@ -130,7 +130,7 @@ class SamplerThread:
         return self.cpu_seconds
 
     def stop(self, timeout: float = 1.0) -> None:
-        """End the thread (from any thread but its own): it wakes at once, closes its reader and exits."""
+        """End the thread (from any thread but its own): it wakes at once and exits."""
         if self._stopped:
             return
         self._stopped = True
@@ -149,12 +149,8 @@ class SamplerThread:
                 cpu = time.thread_time()  # all of this thread's CPU time: the sleeps' bookkeeping too
                 spent, self.cpu_seconds = cpu - self.cpu_seconds, cpu
                 self.cost += (spent - self.cost) / min(self.ticks, COST_TICKS)
-        except Exception as err:  # noqa: BLE001 - the training thread reads inline instead
+        except Exception as err:  # noqa: BLE001 - the sampler reports it; the training thread's samples go on
             self.failed = f"{type(err).__name__}: {err}"
-        finally:
-            close = getattr(self.read, "close", None)
-            if close is not None:
-                close()
 
     def _tick(self) -> None:
         step = self.step_of()  # the steps done before the reading: it holds what they kept

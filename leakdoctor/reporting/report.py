@@ -279,7 +279,7 @@ def overhead(sampler: Sampler, clinic: Clinic, settings: Settings) -> dict[str, 
     time is the step's work done for it (force_eval evaluates what the step left lazy). And the honest
     total: step()'s own time, the sampler thread's CPU time and the investigations', against the run's
     wall time from the first step (the user's code, the remedies and the doctor's time on the training
-    thread together); `sampling` says where resident memory was read ("thread" or "inline")."""
+    thread together); `sampling` says where resident memory's rise was watched ("thread" or "inline")."""
     step_time = sampler.user_seconds + clinic.remedy_seconds
     thread = sampler.thread_seconds
     total = sampler.own_seconds + clinic.forensic_seconds + thread
