@@ -126,7 +126,7 @@ class LeakDoctor:
             self._start_thread()
 
     def _start_thread(self) -> None:
-        """Read resident memory on the sampler thread (reading/thread.py). What it is given reaches the
+        """Watch resident memory on the sampler thread (reading/thread.py). What it is given reaches the
         doctor's state, never the doctor (see _register_ending): it wakes the next step by zeroing the
         countdown, and raises the memory alarm through _Late."""
         state, beat = self.__dict__, self._heartbeat
