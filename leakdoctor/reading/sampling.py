@@ -54,10 +54,10 @@ class Sampler:
         self.monitor = monitor
         self.guard = guard
         self.pacer = Pacer(budget=settings.overhead)
-        self.thread: SamplerThread | None = None  # reading the counters off the training thread, if running
+        self.thread: SamplerThread | None = None  # watching resident memory off the training thread, if running
         self.thread_cpu_seconds = 0.0  # the CPU time of the sampler threads that ended (a fork's, a failed one)
         self._new_thread: Callable[[], SamplerThread] | None = None
-        self.inline_why: str | None = None  # why resident memory went back to being read inline
+        self.inline_why: str | None = None  # why the thread watches no windows (or none runs)
         self._ended_mode = "inline"  # the mode when the thread was stopped
         self.hurry_until = 0  # sampling at least twice a window until this step (a metric is rising)
         self.step_seconds = 0.0  # the user's wall time per step, a moving average
