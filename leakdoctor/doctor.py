@@ -88,7 +88,7 @@ class LeakDoctor:
         self._guard = Guard()
         self._watchlist = python.Watchlist(self._guard)
         self._memory = limits.process_limit(self.settings.memory_limit)
-        parts = [process.integration(self._memory.bytes, self.settings.overhead),
+        parts = [process.integration(self._memory.bytes, self.settings.sampling_budget),
                  python.integration(self._watchlist), *integrations]
         self._probes = Probes([p for part in parts for p in part.probes], {
             name: MetricSpec(name, "seconds", role="supporting", source="process") for name in (STEP_TIME, STEP_CPU)},
@@ -98,7 +98,8 @@ class LeakDoctor:
         practice = Practice(forensics=self._forensics(parts),
                             cleanups=[c for part in parts for c in part.cleanups],
                             rules=[r for part in parts for r in part.rules] + GENERIC_RULES,
-                            targets=self.targets, read=self._probes.read_all)
+                            targets=self.targets, read=self._probes.read_all, read_for=self._probes.read_for,
+                            spec=self._probes.spec)
         # The parts call back into the doctor through its state, never through the doctor itself (see
         # _register_ending): a part that held the doctor would keep a dropped doctor from being collected.
         say, limit_of = _Late(type(self), self.__dict__, "_say"), _Late(type(self), self.__dict__, "_limit_of")
@@ -259,7 +260,7 @@ class LeakDoctor:
         clinic, sampler = self._clinic, self._sampler
         forensic, remedy, paced = clinic.forensic_seconds, clinic.remedy_seconds, self._probes.paced_seconds
         investigating = clinic.investigation is not None
-        sampled = investigating or self._countdown <= 0
+        sampled = clinic.watching or self._countdown <= 0
         try:
             if clinic.treatments:
                 clinic.treat_step(self._step, context, sampler.step_seconds)
@@ -287,9 +288,10 @@ class LeakDoctor:
     def _sample(self, start: float, investigating: bool, context: Mapping[str, Any]) -> None:
         """Take a sample, hand the completed windows (or the open work) to the clinic, set the next."""
         clinic, sampler = self._clinic, self._sampler
-        completed = sampler.sample(self._step, start, investigating)
+        completed = sampler.sample(self._step, start, investigating, every_step=clinic.watching)
         if completed or not clinic.idle:
-            clinic.after_sample(self._step, completed, context, sampler.step_seconds, sampler.user_seconds)
+            clinic.after_sample(self._step, completed, context, sampler.step_seconds, sampler.user_seconds,
+                                sampler.own_seconds + sampler.thread_seconds)
         self._countdown = sampler.steps_to_next(self._step)
         if self._publisher is not None:
             self._guard.call("prometheus", self._publish)

@@ -20,6 +20,10 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb"
           "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
 
 
+#: The share of `overhead` that the samples may take (the rest: the sampler thread and the investigations).
+SAMPLING_SHARE = 0.25
+
+
 @dataclass(frozen=True)
 class Settings:
     """What a doctor was asked to do, validated: one field per option of `OPTIONS` (the definition), each
@@ -50,6 +54,13 @@ class Settings:
     prometheus_host: str
     prometheus_linger: float
     prometheus_pushgateway: str | None
+
+    @property
+    def sampling_budget(self) -> float:
+        """The share of step time the samples (and the agreement of ranks, and the workers' reads) may
+        take: a quarter of `overhead`, the whole doctor's share, which leaves the rest to the sampler thread
+        and the investigations; all of it at 1.0 (every step sampled, no budget held)."""
+        return 1.0 if self.overhead >= 1.0 else self.overhead * SAMPLING_SHARE
 
     @classmethod
     def create(cls, **options: Any) -> "Settings":
@@ -273,8 +284,10 @@ OPTIONS: tuple[Option, ...] = (
            "None: max(8, window)", "an int >= 2 or None", _at_least(2, none=True)),
     Option("verify_windows", 8, "windows after a remedy over which its effect is judged", "an int >= 3",
            _at_least(3)),
-    Option("overhead", 0.005, "the share of step time sampling may cost; the doctor samples less often to stay "
-           "under it (1.0: every step)", "a number in (0, 1]", _fraction),
+    Option("overhead", 0.02, "the share of the run's time the whole doctor may cost (its samples, the sampler "
+           "thread, the investigations): samples take a quarter of it and come less often to stay under that; an "
+           "investigation waits while the total would pass it, unless a leak would reach the memory limit first "
+           "(1.0: every step sampled, no budget)", "a number in (0, 1]", _fraction),
     Option("sampler", "auto", "where resident memory's rise is watched: `thread`, also on a daemon thread between the "
            "sampled steps (a rise wakes the next step, whatever the stride; near the memory limit it writes the "
            "post-mortem at once, even in a long step); `inline`, on the sampled steps only; `auto`, the thread "

@@ -23,7 +23,9 @@ class MetricSpec:
     """How to read one series. `primary` metrics can raise a suspicion; `supporting` ones are evidence.
     `limit` is the level at which the run fails (a memory limit), used for projections. `source` tells
     rules where the metric comes from ("process", "gauge", "container", a framework); `where` is the
-    place to name in a finding."""
+    place to name in a finding. `confirmed_by` names cheap counters that show what a growth of this
+    metric keeps (malloc's bytes in use for resident memory): a suspicion is confirmed on them before the
+    forensics run (judging/triage.py); empty, the metric proves itself and is investigated at once."""
 
     name: str
     unit: str = "bytes"
@@ -31,6 +33,7 @@ class MetricSpec:
     limit: float | None = None
     source: str = ""
     where: str | None = None
+    confirmed_by: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
@@ -48,7 +51,9 @@ class Probe(Protocol):
     probe whose read is the floor of a sample (one counter that most leaks show in) says `essential =
     True`: it is read on every sample, never thinned by its cost. A probe that holds something open (a
     file descriptor) defines `close()`, which the doctor calls at finish. A probe whose metric names are
-    known before it reads lists them in `metrics`, so that a user gauge cannot take one of those names."""
+    known before it reads lists them in `metrics`, so that a user gauge cannot take one of those names; one
+    whose `read_now` also gives counters that confirm a suspicion (judging/triage.py) lists those in
+    `confirms`."""
 
     name: str
     every: int

@@ -140,8 +140,12 @@ def live_array_probe() -> FunctionProbe:
     specs = {}
     for p in backends:
         where = f"jax.live_arrays({p!r})"
-        specs[live_bytes(p)] = MetricSpec(live_bytes(p), "bytes", limit=_device_limit(p), source="jax", where=where)
-        specs[live_count(p)] = MetricSpec(live_count(p), "count", source="jax", where=where)
+        # the bytes confirm themselves: an exact count that a one-time jump (an evaluation's arrays) lifts
+        # once, where a leak goes on rising through the triage's windows
+        specs[live_bytes(p)] = MetricSpec(live_bytes(p), "bytes", limit=_device_limit(p), source="jax", where=where,
+                                          confirmed_by=(live_bytes(p),))
+        specs[live_count(p)] = MetricSpec(live_count(p), "count", source="jax", where=where,
+                                          confirmed_by=(live_bytes(p),))
     sizes: dict[Any, int] = {}
 
     def read() -> Mapping[str, float]:

@@ -23,6 +23,10 @@ import psutil
 from leakdoctor.integrations import Cleanup, Integration, MetricSpec
 from leakdoctor.integrations.private import PrivateMemory
 from leakdoctor.judging.evidence import ACCOUNTED, HEAP, MAPPED, Evidence, Rule
+
+#: The bytes of the blocks that objects use in Python's small-object arenas (a triage's counter: what a
+#: growth of small Python objects keeps, which malloc's bytes in use do not count).
+PYTHON = "python_bytes"
 from leakdoctor.lifecycle import limits
 from leakdoctor.reporting.summary import Finding, format_value
 
@@ -110,21 +114,28 @@ class RssProbe:
     again after a ladder's malloc_trim returned them (Evidence.refilled). The mapped size leaves out
     what Python's small-object arenas map beyond the objects in them (python_slack): a few hundred objects
     that come and go map 1 MiB at a time, more than a window of steps refaults. While tracemalloc traces
-    (the middle of an investigation's window), that slack cannot be read, and the last one read stands."""
+    (the middle of an investigation's window), that slack cannot be read, and the last one read stands.
+    Malloc's bytes in use and the bytes Python's objects use in its arenas (`python_bytes`) are also what
+    confirms a suspicion of resident memory before an investigation (judging/triage.py): a growth that
+    keeps memory shows in one of them; one that touches pages again, or maps address space, does not."""
 
     name = "rss"
     every = 1
     essential = True  # read on every sample: what the sample is for (probing.py)
     metrics = ("rss_bytes",)
+    confirms = (HEAP, PYTHON)
 
     def __init__(self, limit: float | None) -> None:
         self._read = RssReader()
         self._heap = malloc_in_use()
-        self._slack = python_slack()
+        self._arenas = python_arenas()
         self._last_slack = 0.0
-        self._specs = {"rss_bytes": MetricSpec("rss_bytes", "bytes", limit=limit, source="process"),
+        backing = (HEAP, PYTHON) if self._heap is not None and self._arenas is not None else ()
+        self._specs = {"rss_bytes": MetricSpec("rss_bytes", "bytes", limit=limit, source="process",
+                                               confirmed_by=backing),
                        HEAP: MetricSpec(HEAP, "bytes", source="process"),
-                       MAPPED: MetricSpec(MAPPED, "bytes", source="process")}
+                       MAPPED: MetricSpec(MAPPED, "bytes", source="process"),
+                       PYTHON: MetricSpec(PYTHON, "bytes", source="process")}
 
     def read(self) -> Mapping[str, float]:
         value = self._read()
@@ -135,8 +146,10 @@ class RssProbe:
     def read_now(self) -> Mapping[str, float]:
         traced = tracemalloc.get_tracemalloc_memory() if tracemalloc.is_tracing() else 0
         readings = {"rss_bytes": self._read() - traced}
-        slack = self._slack() if self._slack is not None else 0.0
-        self._last_slack = self._last_slack if slack is None else slack  # unknown while tracing: the last stands
+        arenas = self._arenas() if self._arenas is not None else (0.0, 0.0)
+        if arenas is not None:  # unknown while tracing: the last slack stands, and Python's bytes are not read
+            self._last_slack = arenas[0] - arenas[1]
+            readings[PYTHON] = arenas[1]
         readings[MAPPED] = self._read.mapped() - traced - self._last_slack
         if self._heap is not None:
             readings[HEAP] = self._heap() - traced
@@ -275,7 +288,8 @@ class WorkerProbe(Throttled):
     #: Seconds a read is expected to take before one was measured (a worker read on Linux).
     first_cost = 0.0005
     _specs = {
-        GROWN: MetricSpec(GROWN, "bytes", source="process"),
+        GROWN: MetricSpec(GROWN, "bytes", source="process",
+                          confirmed_by=(NEW,) if sys.platform.startswith("linux") else ()),
         NEW: MetricSpec(NEW, "bytes", role="supporting", source="process"),
     }
     metrics = tuple(_specs)
@@ -384,13 +398,28 @@ _IN_USE = re.compile(rb"# bytes in allocated blocks\s*=\s*([\d,]+)")
 
 def python_slack() -> Callable[[], float | None] | None:
     """Bytes that CPython's small-object allocator has mapped and no object uses: its arenas (1 MiB
-    each on 3.10+) less their allocated blocks, read from `_PyObject_DebugMallocStats` into a temporary
-    file; None where the interpreter or libc lacks it. The reader gives None while tracemalloc traces (its
-    hooks stand in front of that allocator, which then prints nothing), 0 where Python does not use it
-    (PYTHONMALLOC=malloc). An arena is mapped for the next small object and stays while one object lives
-    in it, so a few hundred objects that come and go can map a MiB: the ladder leaves that out of the
-    mapped size, by which it tells new allocations from pages touched again. A walk of the arenas: a
-    ladder's read, not a sample's."""
+    each on 3.10+) less their allocated blocks (python_arenas); None where the interpreter or libc lacks
+    it. The reader gives None while tracemalloc traces, 0 where Python does not use that allocator. An
+    arena is mapped for the next small object and stays while one object lives in it, so a few hundred
+    objects that come and go can map a MiB: the ladder leaves that out of the mapped size, by which it
+    tells new allocations from pages touched again."""
+    arenas = python_arenas()
+    if arenas is None:
+        return None
+
+    def slack() -> float | None:
+        read = arenas()
+        return None if read is None else read[0] - read[1]
+
+    return slack
+
+
+def python_arenas() -> Callable[[], tuple[float, float] | None] | None:
+    """The bytes CPython's small-object allocator has mapped (its arenas) and the bytes of the blocks in
+    them that objects use, read from `_PyObject_DebugMallocStats` into a temporary file; None where the
+    interpreter or libc lacks it. The reader gives None while tracemalloc traces (its hooks stand in front
+    of that allocator, which then prints nothing), (0, 0) where Python does not use it (PYTHONMALLOC=malloc).
+    A walk of the arenas (about a millisecond): a ladder's or a triage's read, not a sample's."""
     try:
         libc, stats = ctypes.CDLL(None), ctypes.pythonapi._PyObject_DebugMallocStats
         tmpfile, fflush, fileno, fclose = libc.tmpfile, libc.fflush, libc.fileno, libc.fclose
@@ -399,7 +428,7 @@ def python_slack() -> Callable[[], float | None] | None:
     tmpfile.restype = ctypes.c_void_p
     stats.argtypes = fflush.argtypes = fileno.argtypes = fclose.argtypes = [ctypes.c_void_p]
 
-    def slack() -> float | None:
+    def read() -> tuple[float, float] | None:
         if tracemalloc.is_tracing():
             return None
         stream = tmpfile()
@@ -413,10 +442,10 @@ def python_slack() -> Callable[[], float | None] | None:
             fclose(stream)
         arenas, in_use = _ARENAS.search(text), _IN_USE.search(text)
         if arenas is None or in_use is None:
-            return 0.0
-        return float(int(arenas[1]) * int(arenas[2]) - int(in_use[1].replace(b",", b"")))
+            return 0.0, 0.0
+        return float(int(arenas[1]) * int(arenas[2])), float(int(in_use[1].replace(b",", b"")))
 
-    return slack
+    return read
 
 
 def malloc_trim() -> Callable[[], object] | None:

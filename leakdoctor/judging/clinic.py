@@ -18,11 +18,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 from leakdoctor import remedies
 from leakdoctor.integrations import Cleanup, Forensic, MetricSpec
-from leakdoctor.judging.detect import SCALES, Trend, is_material
+from leakdoctor.judging.detect import SCALES, Trend, is_material, steps_to_limit
 from leakdoctor.judging.diagnosis import diagnose, unexplained_notes
 from leakdoctor.judging.evidence import Rule
 from leakdoctor.judging.investigate import Investigation
 from leakdoctor.judging.stopped import stopped
+from leakdoctor.judging.triage import Triage, corroborators
 from leakdoctor.lifecycle import oom
 from leakdoctor.lifecycle.guard import Guard
 from leakdoctor.reading.monitor import Monitor
@@ -30,10 +31,6 @@ from leakdoctor.remedies.base import Remedy, RemedyContext
 from leakdoctor.reporting.summary import Finding, RemedyOutcome, format_value
 from leakdoctor.settings import Settings
 
-#: Investigations (tracemalloc, gc and tensor censuses, cleanup ladders) may take this share of the run's
-#: time; the first one is always allowed, so a leak is named however short the run, and so is the first
-#: of each metric while nothing found so far still leaks (a warm-up's growth took the first one).
-FORENSIC_BUDGET = 0.05
 
 
 @dataclass
@@ -55,6 +52,9 @@ class Practice:
     rules: Sequence[Rule]
     targets: Mapping[str, Any]
     read: Callable[[], Mapping[str, float]]  # fresh readings of every probe (the cleanup ladder's)
+    #: fresh readings of the named counters only (a triage's), and the spec of any metric read
+    read_for: Callable[[set[str]], Mapping[str, float]] = lambda names: {}
+    spec: Callable[[str], MetricSpec] | None = None
 
 
 class Clinic:
@@ -67,14 +67,24 @@ class Clinic:
         self.say = say
         self.investigation: Investigation | None = None
         self.investigations = 0
+        self.triage: Triage | None = None
+        self._counters: set[str] = set()  # what the open triage reads
+        self.triaged = 0  # suspicions checked on cheap counters before any investigation
+        self.dismissed: dict[str, int] = {}  # metric: suspicions its counters did not confirm
         self.findings: list[Finding] = []
         self.treatments: list[Treatment] = []
         self.notes: list[str] = []
         self.sites: list[dict[str, Any]] = []  # allocation sites the investigations saw grow (oom.py)
         self.forensic_seconds = 0.0
         self.remedy_seconds = 0.0
-        self.forensic_budget = FORENSIC_BUDGET
+        #: The whole doctor's share of the run's time (`overhead`): an investigation waits while the doctor's
+        #: total with it would pass that share; the first is always allowed, so a confirmed leak is named
+        #: however short the run, and so is the first of each metric while nothing found still leaks.
+        self.forensic_budget = settings.overhead
+        self.spent_seconds = 0.0  # the doctor's time outside the clinic so far (its samples, its thread)
+        self._timing = False
         self.deferred = 0  # suspicions left for later because investigations had used their budget
+        self.deferred_at: list[dict[str, Any]] = []  # the first of them: {step, metrics}
         # metric: its peak at its last investigation (inf while one is open), see _over_budget
         self._investigated: dict[str, float] = {}
         self._suspect_since: dict[str, int] = {}  # metric: the step since which every window close found it suspect
@@ -85,8 +95,13 @@ class Clinic:
 
     @property
     def idle(self) -> bool:
-        """Nothing to do on unsampled steps: no remedy acting, no investigation open."""
-        return not self.treatments and self.investigation is None
+        """Nothing to do on unsampled steps: no remedy acting, no investigation or triage open."""
+        return not self.treatments and self.investigation is None and self.triage is None
+
+    @property
+    def watching(self) -> bool:
+        """Is every step to be sampled (an investigation or a triage is open)?"""
+        return self.investigation is not None or self.triage is not None
 
     # --- called by the doctor -------------------------------------------------------------------
 
@@ -106,31 +121,106 @@ class Clinic:
         self.remedy_seconds += time.perf_counter() - start
 
     def after_sample(self, step: int, completed: Mapping[str, list[int]], context: Mapping[str, Any],
-                     step_seconds: float, run_seconds: float) -> None:
-        """Move the pipeline on after a sample: the open investigation, verification, new suspicion (if
-        investigations have not used their share of the `run_seconds` so far)."""
+                     step_seconds: float, run_seconds: float, spent_seconds: float = 0.0) -> None:
+        """Move the pipeline on after a sample: the open investigation or triage, verification, new suspicion
+        (investigated if the doctor's total, `spent_seconds` outside the clinic and the clinic's own, stays
+        within its share of the run: `run_seconds` of the user's time so far and the doctor's)."""
         self._step, self._context, self._step_seconds = step, context, step_seconds
+        self.spent_seconds = spent_seconds
         if self.investigation is not None:
             self._join(completed)
             self._timed(self.investigation.tick, step)
             if self.investigation.due(step):
                 self._timed(self._conclude)
         self._verify()
-        if self.investigation is None and completed:
+        if self.triage is not None:
+            self._timed(self._triage_step, step, completed, run_seconds)
+        elif self.investigation is None and completed:
             suspects = {m: t for m, levels in completed.items() if (t := self.monitor.suspicion(m, levels))}
             before = self._suspect_since
             self._suspect_since = {m: since for m, since in before.items() if m not in completed}
             self._suspect_since.update({m: before.get(m, step) for m in suspects})
             if not suspects:
                 return
-            if self._over_budget(suspects, run_seconds):
-                self.deferred += 1
+            counters = corroborators(suspects, self._spec)
+            if counters is None:
+                self._escalate(suspects, run_seconds)
                 return
-            self._timed(self._investigate, suspects)
+            self.triaged += 1
+            self.monitor.busy(suspects)
+            self.triage, self._counters = Triage(dict(suspects), step, self.settings.window), counters
+            self._timed(self._read_counters, step)
+
+    def _escalate(self, suspects: Mapping[str, Trend], run_seconds: float) -> None:
+        """Open an investigation of these suspects, unless investigations have used their budget."""
+        if self._over_budget(suspects, run_seconds):
+            self.deferred += 1
+            if len(self.deferred_at) < 20:
+                spent = self.spent_seconds + self.forensic_seconds
+                self.deferred_at.append({"step": self._step, "metrics": sorted(suspects), "why": "budget",
+                                         "spent_seconds": round(spent, 3), "run_seconds": round(run_seconds + spent, 3)})
+            return
+        self._timed(self._investigate, dict(suspects))
+
+    def _spec(self, metric: str) -> MetricSpec:
+        series = self.monitor.series.get(metric)
+        if series is not None:
+            return series.spec
+        assert self.practice.spec is not None
+        return self.practice.spec(metric)
+
+    def _read_counters(self, step: int) -> None:
+        """Read the triage's counters on its first step and then thrice a window (malloc's statistics walk
+        every arena's free lists: milliseconds in a process of many threads)."""
+        triage = self.triage
+        assert triage is not None
+        if (step - triage.start) % max(1, self.settings.window // 3) == 0:
+            triage.add(step, self.practice.read_for(self._counters))
+
+    def _triage_step(self, step: int, completed: Mapping[str, list[int]], run_seconds: float) -> None:
+        """A step of the open triage: read its counters, let new suspects join, and at each window's end
+        from its second on, investigate what they confirmed and cool what they did not."""
+        triage = self.triage
+        assert triage is not None
+        self._read_counters(step)
+        joining = {m: t for m, levels in completed.items()
+                   if m not in triage.suspects and (t := self.monitor.suspicion(m, levels))}
+        if joining:
+            self.monitor.busy(joining)
+            counters = corroborators(joining, self._spec)
+            if counters is None:  # a metric that proves itself: investigate every suspect now
+                triage.join(joining)
+                self.triage = None
+                self.monitor.free(triage.suspects)
+                self._escalate(triage.suspects, run_seconds)
+                return
+            triage.join(joining)
+            self._counters |= counters
+        if not triage.due(step):
+            return
+        verdict = triage.judge(step, self._spec, self._level, self.settings.horizon)
+        if verdict is None:
+            return
+        confirmed, dismissed = verdict
+        self.triage = None
+        for metric in dismissed:
+            self.dismissed[metric] = self.dismissed.get(metric, 0) + 1
+        self.monitor.cool(dismissed, step)
+        if confirmed:
+            self.monitor.free(confirmed)
+            self._escalate(confirmed, run_seconds)
+
+    def _level(self, metric: str) -> float:
+        series = self.monitor.series.get(metric)
+        if series is not None and series.end is not None:
+            return float(series.end)
+        readings = self.triage.readings.get(metric) if self.triage is not None else None
+        return readings[-1][1] if readings else 0.0
 
     def conclude_pending(self, step: int) -> None:
         """At the end of the run: conclude an investigation that got far enough, verify what can be."""
         self._step = step
+        self.triage = None
         if self.investigation is not None:
             if step - self.investigation.start_step >= self.investigation.length // 2:
                 self._conclude()
@@ -146,19 +236,46 @@ class Clinic:
     # --- investigate and diagnose -----------------------------------------------------------------
 
     def _timed(self, fn: Callable[..., None], *args: Any) -> None:
-        start = time.perf_counter()
-        fn(*args)
-        self.forensic_seconds += time.perf_counter() - start
+        """Run `fn`, its time the clinic's (once: a timed call within a timed call is not counted again)."""
+        if self._timing:
+            fn(*args)
+            return
+        self._timing, start = True, time.perf_counter()
+        try:
+            fn(*args)
+        finally:
+            self._timing = False
+            self.forensic_seconds += time.perf_counter() - start
 
     def _over_budget(self, suspects: Mapping[str, Any], run_seconds: float) -> bool:
-        """Must these suspects wait? When investigations have used their share of the run, yes, unless
-        nothing found so far still leaks and one of them is due a look (_due_again): a leak must not stay
-        unnamed until the run has lasted twenty times the first investigation (a short run: its first
-        investigation can cost a tenth of it), while a leak still growing is most likely what the other
-        metric sees too."""
-        if not self.investigations or self.forensic_seconds <= self.forensic_budget * run_seconds:
+        """Must these suspects wait? When the doctor's total with one more investigation (as dear as the
+        last ones) would pass its share of the run, yes, unless one of them would reach the memory limit
+        before the budget allows a look, or nothing found so far still leaks and one of them is due a look
+        (_due_again): a leak must not stay unnamed until the run has lasted twenty times the first
+        investigation (a short run: its first investigation can cost a tenth of it), while a leak still
+        growing is most likely what the other metric sees too."""
+        if not self.investigations:
+            return False
+        spent = self.spent_seconds + self.forensic_seconds
+        allowed = self.forensic_budget * (run_seconds + spent)
+        need = spent + self.forensic_seconds / self.investigations - allowed
+        if need <= 0 or self._before_budget(suspects, need):
             return False
         return self._leaking() or not any(self._due_again(metric) for metric in suspects)
+
+    def _before_budget(self, suspects: Mapping[str, Any], need: float) -> bool:
+        """Would a suspect reach its memory limit before the budget earns the `need` seconds it lacks?"""
+        if self._step_seconds <= 0 or self.forensic_budget <= 0:
+            return False
+        wait = need / (self.forensic_budget * self._step_seconds)
+        for metric, trend in suspects.items():
+            series = self.monitor.series.get(metric)
+            if series is None or series.spec.limit is None or series.end is None:
+                continue
+            steps = steps_to_limit(float(series.end), getattr(trend, "slope", 0.0), series.spec.limit)
+            if steps is not None and steps < wait:
+                return True
+        return False
 
     def _due_again(self, metric: str) -> bool:
         """Is a suspect due a look although investigations have used their share? Yes if it was never

@@ -207,7 +207,7 @@ class SharedLimitWatch(LimitWatch):
     def proposal(self, step_seconds: float) -> int:
         """The steps to the next agreement this rank proposes: its agreements' typical cost over the share
         of a step's time the doctor may take, between `shortest` and FARTHEST times it."""
-        budget = self.settings.overhead * step_seconds
+        budget = self.settings.sampling_budget * step_seconds
         if not self._costs or budget <= 0:
             return self.shortest
         wanted = math.ceil(statistics.median(self._costs) / budget)

@@ -132,6 +132,10 @@ class Monitor:
     def busy(self, metrics: Iterable[str]) -> None:
         self._busy.update(metrics)
 
+    def free(self, metrics: Iterable[str]) -> None:
+        """No longer busy, watched on from the same baseline (a triage that handed them on)."""
+        self._busy.difference_update(metrics)
+
     def quiet(self, metrics: Iterable[str]) -> None:
         self._busy.difference_update(metrics)
         self._quiet.update(metrics)

@@ -32,7 +32,8 @@ TIMED = 16
 
 
 class _Scheduled:
-    __slots__ = ("probe", "read", "every", "period", "countdown", "reads", "cost", "timed", "paced", "pending")
+    __slots__ = ("probe", "read", "every", "period", "countdown", "reads", "cost", "timed", "paced", "pending",
+                 "seen")
 
     def __init__(self, probe: Probe) -> None:
         self.probe = probe
@@ -44,6 +45,7 @@ class _Scheduled:
         self.paced = bool(getattr(probe, "paced", False))  # a probe that paces itself is not paced again
         self.timed = not self.paced and not getattr(probe, "essential", False)
         self.pending: float | None = None  # the cost of the first of two timed reads in a row
+        self.seen: set[str] = set()  # the metrics it has read so far
 
     def due_timing(self) -> bool:
         """Is this read (the `reads`-th) to be timed: the first of a pair, or the second?"""
@@ -108,6 +110,7 @@ class Probes:
                 values = scheduled.read()
                 if not values.keys() <= specs.keys():
                     self._learn(scheduled.probe, values)
+                    scheduled.seen.update(values)
             except Exception as err:  # noqa: BLE001 - a failing probe must not end the user's run
                 self._switch_off(scheduled.probe, err)
                 continue
@@ -127,6 +130,17 @@ class Probes:
             probe = scheduled.probe
             self._add(readings, probe, getattr(probe, "read_now", probe.read))
         return readings
+
+    def read_for(self, names: set[str]) -> dict[str, float]:
+        """Fresh readings of the probes that give any of `names` (in `metrics`, `confirms` or read before):
+        a triage's counters (judging/triage.py), read at every step of it, without the other probes."""
+        readings: dict[str, float] = {}
+        for scheduled in list(self._scheduled):
+            probe = scheduled.probe
+            gives = {*getattr(probe, "metrics", ()), *getattr(probe, "confirms", ()), *scheduled.seen}
+            if gives & names:
+                self._add(readings, probe, getattr(probe, "read_now", probe.read))
+        return {name: value for name, value in readings.items() if name in names}
 
     def close(self) -> None:
         """Let go of what probes hold open (a file descriptor); a probe reopens it if read again."""

@@ -53,7 +53,7 @@ class Sampler:
         self.probes = probes
         self.monitor = monitor
         self.guard = guard
-        self.pacer = Pacer(budget=settings.overhead)
+        self.pacer = Pacer(budget=settings.sampling_budget)
         self.thread: SamplerThread | None = None  # watching resident memory off the training thread, if running
         self.thread_cpu_seconds = 0.0  # the CPU time of the sampler threads that ended (a fork's, a failed one)
         self._new_thread: Callable[[], SamplerThread] | None = None
@@ -122,14 +122,15 @@ class Sampler:
             return self._ended_mode
         return "thread" if self.thread.watching else "inline"
 
-    def sample(self, step: int, start: float, investigating: bool) -> dict[str, list[int]]:
+    def sample(self, step: int, start: float, investigating: bool, every_step: bool = False) -> dict[str, list[int]]:
         """Read the due probes and record them (with the user's step times, except while an investigation
-        runs every step); return {metric: pyramid levels that completed a window}."""
+        runs every step); return {metric: pyramid levels that completed a window}. `every_step`: the next
+        step is sampled too (an investigation or a triage is open)."""
         self._check_thread()
         readings = self.probes.read_due()
         if not investigating:
             readings[STEP_TIME], readings[STEP_CPU] = self.account_user_time(step, start)
-        next_step = step + 1 if investigating else step + self.steps_to_next(step)
+        next_step = step + 1 if investigating or every_step else step + self.steps_to_next(step)
         completed = self.monitor.record(step, readings, self.probes.spec, next_step)
         if completed and self.monitor.rising(completed):
             self.hurry_until = step + HURRY_WINDOWS * self.settings.window
