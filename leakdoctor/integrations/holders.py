@@ -15,6 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+from leakdoctor.integrations import heap
 from leakdoctor.integrations.source import frame_locals, is_user_file, short_path, stored_value, storing_line
 
 if TYPE_CHECKING:  # a type only: python.py builds on this module
@@ -28,18 +29,9 @@ Region = tuple[str, int, int]
 
 
 def live_instances(base: type) -> list[Any]:
-    """Every live instance of `base`. The subclass test is made once per type: against torch's tensor metaclass it
-    allocates, which tracemalloc (tracing during investigations) makes ten times slower."""
-    is_instance: dict[type, bool] = {}
-    found = []
-    for obj in gc.get_objects():
-        cls = type(obj)
-        verdict = is_instance.get(cls)
-        if verdict is None:
-            verdict = is_instance[cls] = issubclass(cls, base)
-        if verdict:
-            found.append(obj)
-    return found
+    """Every live instance of `base` (heap.instances: within an investigation's begin or end, one walk of
+    the heap shared with the other forensics)."""
+    return heap.instances(base)
 
 
 @dataclass
@@ -259,17 +251,27 @@ def _holds(value: Any, ids: set[int]) -> tuple[int, float]:
     for depth in range(1, DEPTH + 1):
         inner: list[Any] = []
         for item in (item for obj in level for item in _contents(obj)):
-            if id(item) in seen:
+            if type(item) in _ATOMS:  # holds nothing and is kept by no one: no id() (an allocation) for it
                 continue
-            seen.add(id(item))
-            if id(item) in ids:
+            key = id(item)
+            if key in seen:
+                continue
+            seen.add(key)
+            if key in ids:
                 count, total = count + 1, total + depth
             elif _enterable(item):
                 inner.append(item)
+            if len(seen) > BUDGET:  # a large place (a list of 200,000 records) is looked into only so far
+                break
         if len(seen) > BUDGET:
             break
         level = inner
     return count, total / count if count else 0.0
+
+
+#: Values that hold no object: skipped by the search without a look (an id() allocates an int, which
+#: tracemalloc, tracing during an investigation, makes dear).
+_ATOMS = frozenset({int, float, bool, str, bytes, type(None), complex})
 
 
 def _contents(obj: Any) -> list[Any]:

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from leakdoctor.integrations import Cleanup, Integration, MetricSpec
+from leakdoctor.integrations import Cleanup, Integration, MetricSpec, heap
 from leakdoctor.integrations.holders import CONTAINERS, Holder
 from leakdoctor.integrations.source import (class_region, code_location, is_engine, is_user_file, short_path,
                                             storing_line, storing_near)
@@ -165,10 +165,10 @@ class TypeCensus:
         self._before: Counter[type] = Counter()
 
     def begin(self) -> None:
-        self._before = Counter(map(type, gc.get_objects()))
+        self._before = Counter(map(type, heap.objects()))
 
     def end(self, steps: int) -> TypeGrowth:
-        after = Counter(map(type, gc.get_objects()))
+        after = Counter(map(type, heap.objects()))
         after.subtract(self._before)
         self._before = Counter()
         grown = [(type_name(t), n) for t, n in after.most_common(20)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping, Sequence
 
-from leakdoctor.integrations import Cleanup, Forensic, MetricSpec
+from leakdoctor.integrations import Cleanup, Forensic, MetricSpec, heap
 from leakdoctor.judging.detect import Trend
 from leakdoctor.judging.evidence import Evidence, Ladder
 from leakdoctor.lifecycle.guard import Guard
@@ -48,8 +48,9 @@ class Investigation:
         self._guard = guard
         self._begin = run_ladder(self._cleanups, self._read, self._guard, start_step)
         self._middle: Ladder | None = None
-        for forensic in self._forensics:
-            guard.call(f"forensic {forensic.name}", forensic.begin)
+        with heap.one_walk():  # the censuses share one walk of the heap
+            for forensic in self._forensics:
+                guard.call(f"forensic {forensic.name}", forensic.begin)
 
     def join(self, suspects: Mapping[str, Trend]) -> None:
         """Suspects raised while the window is open: the ladders have read them from its start, so the
@@ -82,8 +83,9 @@ class Investigation:
 
     def _stop(self, step: int) -> dict[str, object]:
         reports = {}
-        for forensic in reversed(self._forensics):
-            report = self._guard.call(f"forensic {forensic.name}", forensic.end, step - self.start_step)
-            if report is not None:
-                reports[forensic.name] = report
+        with heap.one_walk():
+            for forensic in reversed(self._forensics):
+                report = self._guard.call(f"forensic {forensic.name}", forensic.end, step - self.start_step)
+                if report is not None:
+                    reports[forensic.name] = report
         return reports

@@ -23,11 +23,16 @@ from leakdoctor.judging.detect import Trend, is_material
 
 #: Windows the counters are read over, at every step, before a suspicion is judged; and at most.
 CONFIRM_WINDOWS, MAX_WINDOWS = 2, 4
-#: A counter of the same unit confirms a suspicion when it grew at least this share of the suspect's rate:
-#: memory that is kept shows in what backs it, at about the rate the suspect grows (the suspect's rate was
-#: found material already; a proven cause too slow to matter is still named, as minor). Memory touched again
-#: or copied on write leaves the counter level.
-CONFIRM_SHARE = 0.25
+#: A counter of the same unit confirms a suspicion when it rose in every window, at least this share of the
+#: suspect's rate: memory that is kept shows in what backs it (resident memory grows by pages and arenas, so
+#: ten times what a loop that keeps 7 KiB of outputs a step keeps; the suspect's rate was found material
+#: already, and a proven cause too slow to matter is still named, as minor). Memory touched again or copied
+#: on write leaves the counter level; a few hundred bytes a step of Python's objects beside tens of KiB of
+#: resident memory explain none of it.
+CONFIRM_SHARE = 0.1
+#: Bytes a step that confirm whatever the suspect's rate: a page kept every step, rising through every window,
+#: is memory kept (resident memory read page by page and arena by arena can suggest a rate many times that).
+PAGE = 4096
 
 
 def corroborators(suspects: Mapping[str, Trend], spec_of: Callable[[str], MetricSpec]) -> set[str] | None:
@@ -107,5 +112,6 @@ class Triage:
                   level_of: Callable[[str], float], horizon: int) -> bool:
         suspect, counter = spec_of(metric), spec_of(name)
         if counter.unit == suspect.unit:
-            return rate > 0 and rate >= CONFIRM_SHARE * trend.slope
+            floor = CONFIRM_SHARE * trend.slope
+            return rate > 0 and rate >= (min(floor, PAGE) if suspect.unit == "bytes" else floor)
         return is_material(counter.unit, rate, level_of(name), horizon, counter.limit)
