@@ -77,7 +77,10 @@ def test_a_counter_confirms_only_a_steady_rise_and_a_metric_without_counters_goe
     assert rising is not None and list(rising[0]) == ["rss"]
     jump_given_back = judged([0.0] * 7 + [5000.0] * 3 + [0.0] * 3)  # transients fall out of the minima
     assert jump_given_back is not None and list(jump_given_back[1]) == ["rss"]
-    assert judged([10.0 * step for step in range(13)]) is None  # grew, not yet a share of the rate: read on
+    assert judged([5.0 * step for step in range(13)]) is None  # grew, not yet a tenth of the rate: read on
+    early = judged([100.0 * step for step in range(7)])  # a fast rise is confirmed at the first window's end
+    assert early is not None and list(early[0]) == ["rss"]
+    assert judged([0.0] * 7) is None  # a dismissal waits for the second window
 
 
 def test_an_investigation_over_the_budget_waits_and_is_listed_with_its_step():

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from itertools import compress
 from typing import Any, Iterator
 
+_open: list[bool] = []  # one entry while a one_walk() is open
 _shared: list[list[Any]] = []  # the list of the open one_walk(), once taken
 
 
@@ -21,15 +22,17 @@ _shared: list[list[Any]] = []  # the list of the open one_walk(), once taken
 def one_walk() -> Iterator[None]:
     """Share one list of the live objects among the walks made within (let go at the end)."""
     _shared.clear()
+    _open.append(True)
     try:
         yield
     finally:
+        _open.clear()
         _shared.clear()
 
 
-def objects(shared: bool = True) -> list[Any]:
-    """Every object the garbage collector tracks: the open one_walk()'s list, taken on first use."""
-    if not shared:
+def objects() -> list[Any]:
+    """Every object the garbage collector tracks: within a one_walk(), its list, taken on first use."""
+    if not _open:
         return gc.get_objects()
     if not _shared:
         _shared.append(gc.get_objects())

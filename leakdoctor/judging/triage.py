@@ -67,8 +67,9 @@ class Triage:
         return (step - self.start) // self.window
 
     def due(self, step: int) -> bool:
-        """A verdict is due at each window's end from CONFIRM_WINDOWS on."""
-        return self.windows(step) >= CONFIRM_WINDOWS and (step - self.start) % self.window == 0
+        """A verdict is due at each window's end: a confirmation from the first on (a fast leak waits no
+        longer than it must), a dismissal from CONFIRM_WINDOWS on."""
+        return self.windows(step) >= 1 and (step - self.start) % self.window == 0
 
     def judge(self, step: int, spec_of: Callable[[str], MetricSpec], level_of: Callable[[str], float],
               horizon: int) -> tuple[dict[str, Trend], dict[str, Trend]] | None:
@@ -85,7 +86,8 @@ class Triage:
                 pending[metric] = trend
             else:
                 dismissed[metric] = trend
-        if pending and self.windows(step) < MAX_WINDOWS:
+        windows = self.windows(step)
+        if (pending or dismissed) and windows < CONFIRM_WINDOWS or pending and windows < MAX_WINDOWS:
             return None
         return confirmed, {**dismissed, **pending}
 
