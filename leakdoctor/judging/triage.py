@@ -24,15 +24,12 @@ from leakdoctor.judging.detect import Trend, is_material
 #: Windows the counters are read over, at every step, before a suspicion is judged; and at most.
 CONFIRM_WINDOWS, MAX_WINDOWS = 2, 4
 #: A counter of the same unit confirms a suspicion when it rose in every window, at least this share of the
-#: suspect's rate: memory that is kept shows in what backs it (resident memory grows by pages and arenas, so
-#: ten times what a loop that keeps 7 KiB of outputs a step keeps; the suspect's rate was found material
-#: already, and a proven cause too slow to matter is still named, as minor). Memory touched again or copied
-#: on write leaves the counter level; a few hundred bytes a step of Python's objects beside tens of KiB of
-#: resident memory explain none of it.
+#: suspect's rate: memory that is kept shows in what backs it (resident memory grows by pages and arenas, up
+#: to ten times what a loop that keeps 7 KiB of outputs a step keeps). Memory touched again or copied on
+#: write leaves the counter level; a few KiB a step of malloc's or Python's bytes beside MiBs of resident
+#: memory (a fit's warm-up) explain none of it. A kept growth too slow to confirm a suspicion is too slow to
+#: matter over the horizon: the last look at the end of the run names a proven one (minor).
 CONFIRM_SHARE = 0.1
-#: Bytes a step that confirm whatever the suspect's rate: a page kept every step, rising through every window,
-#: is memory kept (resident memory read page by page and arena by arena can suggest a rate many times that).
-PAGE = 4096
 
 
 def corroborators(suspects: Mapping[str, Trend], spec_of: Callable[[str], MetricSpec]) -> set[str] | None:
@@ -114,6 +111,5 @@ class Triage:
                   level_of: Callable[[str], float], horizon: int) -> bool:
         suspect, counter = spec_of(metric), spec_of(name)
         if counter.unit == suspect.unit:
-            floor = CONFIRM_SHARE * trend.slope
-            return rate > 0 and rate >= (min(floor, PAGE) if suspect.unit == "bytes" else floor)
+            return rate > 0 and rate >= CONFIRM_SHARE * trend.slope
         return is_material(counter.unit, rate, level_of(name), horizon, counter.limit)
