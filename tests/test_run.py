@@ -204,3 +204,23 @@ def test_fail_on_leak_takes_its_level_only_after_an_equals_sign():
         (["run", "--fail-on-leak", "train.py"], ["--epochs", "3"])
     assert split(["run", "--fail-on-leak=minor", "--summary", "s.json", "train.py"]) == \
         (["run", "--fail-on-leak=minor", "--summary", "s.json", "train.py"], [])
+
+
+def test_fail_on_leak_right_before_the_script_never_takes_the_script_as_its_level(tmp_path):
+    """`leakdoctor run --fail-on-leak train.py` runs train.py (before: argparse took train.py as the level,
+    `invalid choice: 'train.py'`, exit 2); `--fail-on-leak=minor` still sets the level, and `leakdoctor report
+    --fail-on-leak leaks.json` reads leaks.json."""
+    path = tmp_path / "leaks.json"
+    leaking = run(leakdoctor_run(*FAST, "--summary", path, "--fail-on-leak", SCRIPTS / "torch_hooks.py", "150"),
+                  cwd=tmp_path)
+    assert leaking.returncode == 1 and leaking.stdout.startswith("trained 150 steps"), leaking.stderr
+    assert json.loads(path.read_text())["verdict"] == "leak"
+    report = run([sys.executable, "-m", "leakdoctor", "report", "--fail-on-leak", path], cwd=tmp_path)
+    assert report.returncode == 1 and "verdict LEAK" in report.stdout, report.stderr
+    clean = run(leakdoctor_run("--fail-on-leak", SCRIPTS / "clean_torch.py", "--fail-on-leak"), cwd=tmp_path)
+    assert clean.returncode == 3, clean.stderr  # the script's own status; its argument stays its own
+    assert "'--fail-on-leak']" in clean.stdout, clean.stdout
+    minor = run(leakdoctor_run("--fail-on-leak=minor", SCRIPTS / "clean_torch.py"), cwd=tmp_path)
+    assert minor.returncode == 3, minor.stderr
+    level = run(leakdoctor_run("--fail-on-leak", "minor", SCRIPTS / "clean_torch.py"), cwd=tmp_path)
+    assert level.returncode == 2 and "--fail-on-leak=minor" in level.stderr, level.stderr
