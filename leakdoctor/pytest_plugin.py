@@ -20,7 +20,9 @@ allocator counters of a framework the test uses (torch CUDA/MPS allocated, MLX a
 arrays); what the doctor's own step() added is taken out. A measure fails the check when it rose, by at
 least half the allowed rate, in each of the last three (or more) of six stretches after the warm-up, its
 Theil–Sen slope over them exceeds `max_bytes_per_step`, and a gc.collect() at the end keeps the growth
-(a one-off allocation, a cache that fills and stays, garbage not yet collected: no failure). The failure
+(a one-off allocation, a cache that fills and stays, garbage not yet collected: no failure). A gc.collect()
+before the first step frees what earlier tests left for the collector, so that its freeing during the
+check is never credited against this step's growth (the verdict is the same in any order). The failure
 names the line that allocates what is kept (a tracemalloc diff over a few more steps). The doctor still
 watches the run (resident memory is the second opinion) and its own findings fail the check too, but
 for growth of resident memory that nothing names (native_memory) where malloc's bytes in use are read:
@@ -98,6 +100,11 @@ def check_for_leaks(step: Callable[[], object], steps: int = DEFAULT_STEPS,
             warnings.simplefilter("always", LeakDoctorWarning)  # held back: said below only if it matters
             kept = Kept()
             with LeakDoctor(**doctor_args) as doctor:
+                # What earlier tests (or a failure's traceback) left for the collector goes now, before the
+                # first reading: freed during the steps or by the final gc.collect(), it would make the
+                # measures fall and be credited against what this step keeps (the verdict would then
+                # depend on the tests that ran before).
+                gc.collect()
                 for _ in range(steps):
                     step()
                     kept.after_step()
