@@ -227,8 +227,11 @@ def patch_engine(session: Session, module: ModuleType) -> None:
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        if not session.making and type(self).framework not in ("lightning", "keras"):
-            session.made.add(self)
+        try:
+            if not session.making and type(self).framework not in ("lightning", "keras"):
+                session.made.add(self)
+        except Exception as err:  # noqa: BLE001 - the script's doctor is made all the same; the run may double it
+            print(f"leakdoctor run: could not note the script's doctor: {type(err).__name__}: {err}", file=sys.stderr)
 
     engine.__init__ = __init__
 
