@@ -36,6 +36,11 @@ def main(argv: Sequence[str] | None = None) -> Any:
     script_args: list[str] = []
     if argv[:1] == ["run"]:  # everything after the script is the script's own
         argv, script_args = run_command.split(argv)
+        hint = run_command.level_as_script(argv)
+        if hint is not None:
+            print(f"leakdoctor run: {hint}", file=sys.stderr)
+            return 2
+    argv = run_command.valued(argv)  # `--fail-on-leak x`: x is the script (or the summary), never the level
     args = parser.parse_args(argv)
     if args.command == "run":
         return run_command.main(args, script_args, relaunch=argv[:-1])

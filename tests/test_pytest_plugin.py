@@ -1,6 +1,8 @@
 """The pytest plugin, in a real pytest run of its own: a leaking step fails the test with the
 summary, a clean one passes, through the marker and through the fixture."""
 
+import pytest
+
 pytest_plugins = ["pytester"]
 
 TESTS = '''
@@ -150,3 +152,80 @@ def test_tracing_is_restored_and_allowances_hold(pytester):
     pytester.makepyfile(TRACING)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist", "-q")
     result.assert_outcomes(passed=4)
+
+
+# --- nor on the garbage an earlier test left (issue #37, item 2) ------------------------------------------
+
+EARLIER_GARBAGE = '''
+import gc
+
+import pytest
+import torch
+
+keep = []
+
+
+def test_drops_a_model_in_a_cycle():
+    """Leaves ~2.6 MB of torch tensors that only a full collection frees (the holder is old)."""
+    class Holder:
+        pass
+    holder = Holder()
+    holder.model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(10)])
+    holder.itself = holder
+    gc.collect()
+    del holder
+
+
+def test_fails():
+    """A failure: its traceback keeps the frame (and its tensors) until a collection."""
+    weights = [torch.ones(65_536) for _ in range(10)]
+    assert not weights
+
+
+@pytest.mark.parametrize("position", range(3))
+def test_leak(leak_check, position):
+    leak_check(lambda: keep.append(torch.ones(2_048)), steps=300)
+
+
+@pytest.mark.parametrize("position", range(2))
+def test_clean(leak_check, position):
+    leak_check(lambda: torch.ones(2_048).sum(), steps=300)
+'''
+
+NAME = "test_a_torch_leak_fails_whatever_garbage_an_earlier_test_left"
+
+
+def _outcomes(result) -> dict[str, str]:
+    """{test id: PASSED/FAILED} from pytest's -rA summary lines."""
+    found = {}
+    for line in result.stdout.lines:
+        word, _, rest = line.partition(" ")
+        if word in ("PASSED", "FAILED") and "::" in rest:
+            found[rest.split("::", 1)[1].split(" ", 1)[0]] = word
+    return found
+
+
+@pytest.mark.parametrize("order", [
+    ["test_drops_a_model_in_a_cycle", "test_leak[0]", "test_fails", "test_leak[1]", "test_clean[0]",
+     "test_leak[2]", "test_clean[1]"],
+    ["test_leak[2]"],
+    ["test_fails", "test_leak[0]", "test_drops_a_model_in_a_cycle", "test_clean[0]"],
+    "-n 2",
+])
+def test_a_torch_leak_fails_whatever_garbage_an_earlier_test_left(pytester, order):
+    """8 kB of torch CPU tensor kept a step (outside Python's allocator: malloc's bytes in use see it) fails
+    in every position: alone, after a test that dropped a 2.6 MB model held in a reference cycle, right
+    after a failing test, under xdist; a clean step passes in every position. (Before: PASSED, FAILED,
+    FAILED: the check's final gc.collect() freed the earlier test's garbage, malloc's bytes in use fell
+    below their start, and the growth was taken for garbage not yet collected.)"""
+    path = pytester.makepyfile(**{NAME: EARLIER_GARBAGE})
+    common = ["-p", "no:cacheprovider", "-p", "no:randomly", "-q", "-rA"]
+    if order == "-n 2":
+        result = pytester.runpytest_subprocess(*common, "-n", "2", str(path))
+        expected = {"test_drops_a_model_in_a_cycle": "PASSED", "test_fails": "FAILED",
+                    **{f"test_leak[{i}]": "FAILED" for i in range(3)},
+                    **{f"test_clean[{i}]": "PASSED" for i in range(2)}}
+    else:
+        result = pytester.runpytest_subprocess(*common, "-p", "no:xdist", *[f"{path}::{test}" for test in order])
+        expected = {test: "FAILED" if test.startswith(("test_leak", "test_fails")) else "PASSED" for test in order}
+    assert _outcomes(result) == expected, result.stdout.str()[-3000:]

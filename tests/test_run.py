@@ -9,6 +9,7 @@ machine's RAM."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 
@@ -204,3 +205,58 @@ def test_fail_on_leak_takes_its_level_only_after_an_equals_sign():
         (["run", "--fail-on-leak", "train.py"], ["--epochs", "3"])
     assert split(["run", "--fail-on-leak=minor", "--summary", "s.json", "train.py"]) == \
         (["run", "--fail-on-leak=minor", "--summary", "s.json", "train.py"], [])
+
+
+def test_fail_on_leak_right_before_the_script_never_takes_the_script_as_its_level(tmp_path):
+    """`leakdoctor run --fail-on-leak train.py` runs train.py (before: argparse took train.py as the level,
+    `invalid choice: 'train.py'`, exit 2); `--fail-on-leak=minor` still sets the level, and `leakdoctor report
+    --fail-on-leak leaks.json` reads leaks.json."""
+    path = tmp_path / "leaks.json"
+    leaking = run(leakdoctor_run(*FAST, "--summary", path, "--fail-on-leak", SCRIPTS / "torch_hooks.py", "150"),
+                  cwd=tmp_path)
+    assert leaking.returncode == 1 and leaking.stdout.startswith("trained 150 steps"), leaking.stderr
+    assert json.loads(path.read_text())["verdict"] == "leak"
+    report = run([sys.executable, "-m", "leakdoctor", "report", "--fail-on-leak", path], cwd=tmp_path)
+    assert report.returncode == 1 and "verdict LEAK" in report.stdout, report.stderr
+    clean = run(leakdoctor_run("--fail-on-leak", SCRIPTS / "clean_torch.py", "--fail-on-leak"), cwd=tmp_path)
+    assert clean.returncode == 3, clean.stderr  # the script's own status; its argument stays its own
+    assert "'--fail-on-leak']" in clean.stdout, clean.stdout
+    minor = run(leakdoctor_run("--fail-on-leak=minor", SCRIPTS / "clean_torch.py"), cwd=tmp_path)
+    assert minor.returncode == 3, minor.stderr
+    level = run(leakdoctor_run("--fail-on-leak", "minor", SCRIPTS / "clean_torch.py"), cwd=tmp_path)
+    assert level.returncode == 2 and "--fail-on-leak=minor" in level.stderr, level.stderr
+
+
+# --- a doctor the script makes itself is joined, never doubled (issue #37, item 3) -------------------------
+
+def summaries_printed(stderr: str) -> int:
+    """How many summaries were printed (each begins `leakdoctor: FRAMEWORK, N steps, verdict ...`)."""
+    return len(re.findall(r"^leakdoctor: \w+, \d+ steps, verdict ", stderr, re.MULTILINE))
+
+
+@pytest.mark.parametrize("kind", ["lightning", "keras"])
+def test_the_scripts_own_callback_is_joined_with_the_runs_options_where_it_set_none(tmp_path, kind):
+    """A script that passes leakdoctor's callback to its Trainer (Lightning) or fit (Keras): the run adds no
+    second one (before: Lightning raised "Found more than one stateful callback of type LeakDoctorCallback",
+    the script died and the summary said unwatched; Keras printed two summaries); the run's --summary
+    applies (the callback set none), the script's plot_path stays (the run's --plot does not replace it)."""
+    summary, result = leak_run(tmp_path, "own_callback.py", kind, "120",
+                               options=(*FAST, "--plot", tmp_path / "run.png"), KERAS_BACKEND="torch")
+    assert result.returncode == 0 and result.stdout.endswith("trained 120 steps\n"), result.stderr
+    assert summary["framework"] == kind and summaries_printed(result.stderr) == 1, result.stderr
+    assert (tmp_path / "own.png").exists() and not (tmp_path / "run.png").exists()
+    if kind == "lightning":
+        assert summary["steps"] == 120 and summary["verdict"] == "leak"
+        found = finding(summary, "retained_graph")
+        assert found["location"].endswith(f"lightning_outputs.py:{line_of('lightning_outputs.py', 'KEPT')})"), found
+
+
+@pytest.mark.parametrize("framework", ["torch", "mlx", "jax"])
+def test_a_loop_doctor_the_script_makes_is_the_runs_one_doctor(tmp_path, framework):
+    """A loop that makes and steps its own doctor: the run joins it (before: a second doctor at the optimizer
+    update or the jitted call, two summaries printed); its summary is written to the run's --summary."""
+    pytest.importorskip({"torch": "torch", "mlx": "mlx.core", "jax": "jax"}[framework])
+    summary, result = leak_run(tmp_path, "own_doctor.py", framework, "100", options=("-o", "memory_limit=4GiB"))
+    assert result.returncode == 0 and result.stdout == "trained 100 steps\n", result.stderr
+    assert (summary["framework"], summary["steps"], summary["verdict"]) == (framework, 100, "clean"), summary
+    assert summaries_printed(result.stderr) == 1, result.stderr

@@ -178,6 +178,12 @@ class LeakDoctorCallback(Callback):
         self._logged_step = -1
         self._guard = Guard()
 
+    def add_defaults(self, options: dict[str, Any]) -> None:
+        """Take `options` (valid doctor options) where this callback was given none, for the doctors of
+        the fits to come: `leakdoctor run`'s, when it joins a callback the script made."""
+        doctor_options.check(type(self), {**options, **self._options})
+        self._options = {**options, **self._options}
+
     @property
     def summary(self) -> Summary:
         """The doctor's summary: final once training ended (or `finish()`), else a snapshot of the fit so

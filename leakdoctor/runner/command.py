@@ -5,7 +5,8 @@
                    script.py [args...]
 
 Everything after the script is the script's, untouched (`--` included), so the split is made here
-rather than by argparse.
+rather than by argparse. An option whose value is optional (`--fail-on-leak`) takes it only after "=":
+the word after it is never its value (`--fail-on-leak train.py` runs train.py).
 """
 
 from __future__ import annotations
@@ -57,6 +58,29 @@ def split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
             return list(argv[:i + 1]), list(argv[i + 1:])
         i += 2 if token in takes_value else 1
     return list(argv), []
+
+
+#: Options whose value is optional: the value comes only after "=" (`--fail-on-leak=minor`), never as the
+#: next word, which is the script (`--fail-on-leak train.py`) or another option.
+OPTIONAL_VALUE = {"--fail-on-leak": "major"}
+
+
+def valued(argv: Sequence[str]) -> list[str]:
+    """`argv` (leakdoctor's own options, never the script's arguments) with each bare option whose value is
+    optional given its default after "=", so that argparse cannot take the next word as its value."""
+    return [f"{token}={OPTIONAL_VALUE[token]}" if token in OPTIONAL_VALUE else token for token in argv]
+
+
+def level_as_script(argv: Sequence[str]) -> str | None:
+    """What to say when the word taken for the script is a level given without "=" (`--fail-on-leak minor
+    train.py`) and no file of that name exists; else None."""
+    import os
+
+    for i, token in enumerate(argv[:-1]):
+        if token in OPTIONAL_VALUE and i + 2 == len(argv) and argv[-1] in ("major", "minor") \
+                and not os.path.isfile(argv[-1]):
+            return f"{token} takes its level after '=': {token}={argv[-1]} (the word after {token} is the script)"
+    return None
 
 
 def main(args: argparse.Namespace, script_args: list[str], relaunch: list[str]) -> Any:

@@ -14,6 +14,8 @@ editing the script. Each `patch_*` takes the framework module just imported and 
   cond_to_where is applied).
 - compiled steps: `mx.compile`, `jax.jit`, `flax.nnx.jit` and `equinox.filter_jit` wrap what the script
   compiles (compiled.py); a step is an outermost call of the first compiled function called twice.
+- leakdoctor's own: the loop doctors the script makes are recorded, and a LeakDoctorCallback the script
+  passes to a Trainer or a Keras call is found there: the run joins them (session.join), never doubles them.
 
 An update traced inside a compiled function (session.depth > 0: inside our wrapper's call, or while the
 doctor itself steps) or under a JAX transformation (its arguments are tracers) is no step: the compiled
@@ -48,6 +50,7 @@ TARGETS: dict[str, str] = {
     "jax": "patch_jax_jit",
     "flax.nnx": "patch_nnx_jit",
     "equinox": "patch_filter_jit",
+    "leakdoctor.doctor": "patch_engine",
 }
 
 
@@ -149,12 +152,29 @@ def patch_trainer(session: Session, module: ModuleType) -> None:
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        callback = session.attach("lightning", _lightning_callback)
-        if callback is not None:
-            kwargs["callbacks"] = _with(kwargs.get("callbacks"), callback)
+        own = _script_callback(kwargs.get("callbacks"), "leakdoctor.callbacks.lightning")
+        if own is not None:  # the script's own: joined (Lightning refuses two stateful callbacks of a type)
+            session.join("lightning", own)
+        else:
+            callback = session.attach("lightning", _lightning_callback)
+            if callback is not None:
+                kwargs["callbacks"] = _with(kwargs.get("callbacks"), callback)
         original(self, *args, **kwargs)
 
     trainer.__init__ = __init__
+
+
+def _script_callback(callbacks: Any, module: str) -> Any | None:
+    """The LeakDoctorCallback of leakdoctor's `module` among the callbacks the script passes (None, one,
+    a list, or Keras's CallbackList), if any."""
+    kind = getattr(sys.modules.get(module), "LeakDoctorCallback", None)
+    if kind is None or callbacks is None:
+        return None
+    if isinstance(callbacks, (list, tuple)):
+        listed = list(callbacks)
+    else:
+        listed = list(getattr(callbacks, "callbacks", [callbacks]))
+    return next((c for c in listed if isinstance(c, kind)), None)
 
 
 def _lightning_callback(**options: Any) -> Any:
@@ -186,11 +206,16 @@ def _keras_call(session: Session, original: Callable[..., Any]) -> Callable[...,
 
     @functools.wraps(original)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        callback = session.attach("keras", _keras_callback)
         try:
             bound = signature.bind(self, *args, **kwargs)
         except TypeError:  # arguments Keras will refuse with its own message
             bound = None
+        own = _script_callback(bound.arguments.get("callbacks"), "leakdoctor.callbacks.keras") if bound else None
+        if own is not None:  # the script's own callback: joined, and no second one added
+            session.join("keras", own)
+            callback = None
+        else:
+            callback = session.attach("keras", _keras_callback)
         if callback is not None and bound is not None:
             bound.arguments["callbacks"] = _with(bound.arguments.get("callbacks"), callback)
             args, kwargs = bound.args[1:], bound.kwargs
@@ -213,6 +238,27 @@ def _with(callbacks: Any, callback: Any) -> Any:
         return callbacks  # Keras's own CallbackList: fit passing its callbacks on to evaluate
     listed = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
     return listed if any(c is callback for c in listed) else [*listed, callback]
+
+
+# --- doctors the script makes ---------------------------------------------------------------------
+
+def patch_engine(session: Session, module: ModuleType) -> None:
+    """Record each loop doctor (the engine, the torch/MLX/JAX doctors) the script makes, so that the run
+    joins it at the first step instead of attaching a second doctor (session.attach). Not the run's own
+    doctors, nor those the Lightning and Keras callbacks make (the callback is what is joined)."""
+    engine = module.LeakDoctor
+    original = engine.__init__
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        try:
+            if not session.making and type(self).framework not in ("lightning", "keras"):
+                session.made.add(self)
+        except Exception as err:  # noqa: BLE001 - the script's doctor is made all the same; the run may double it
+            print(f"leakdoctor run: could not note the script's doctor: {type(err).__name__}: {err}", file=sys.stderr)
+
+    engine.__init__ = __init__
 
 
 # --- MLX ------------------------------------------------------------------------------------------

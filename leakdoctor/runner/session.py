@@ -6,6 +6,13 @@ optimizer, is watched once, by the Lightning callback, and an eager update next 
 counts once per iteration. A run in which no step was seen still ends with a summary: verdict
 "unwatched", with the reason and the fix.
 
+A doctor the script makes itself is joined, never doubled: a Lightning or Keras LeakDoctorCallback the
+script passes to its Trainer or fit call (then no callback of the run's is added), and a loop doctor
+(torch, MLX, JAX, the engine) the script made before its first step (then the run's steps are the
+script's own doctor.step() calls). The joined doctor is the run's: one doctor, one summary. The run's
+options apply where the script set none: all of them for a Lightning callback (its doctor is made at fit
+start), the summary and plot paths for a doctor already made.
+
 Under torchrun every rank runs `leakdoctor run`: what the runner itself writes (the unwatched summary, the
 summary merged with the forked children's) goes where the doctors put theirs, rank 0's to the summary
 path, another rank's beside it (ranks.rank_path: leaks.rank1.json), without plot or printing."""
@@ -15,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import weakref
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from leakdoctor.reporting import ranks
@@ -26,6 +35,12 @@ NO_STEP = f"the script took no step that leakdoctor recognises ({STEPS})"
 FIX = ("name the step with --step-on module:function, e.g. --step-on train_step (a function of the script) or "
        "--step-on mypackage.training:Trainer.step; a step is each return from it")
 NO_FIT = "the script made a Lightning Trainer but never fitted it: no training step ran"
+#: The kinds of step at which a loop doctor the script made is joined (a loop's optimizer update or compiled call).
+LOOPS = ("torch", "mlx", "optax", "flax", "compiled")
+#: The kind of a run that joined a loop doctor the script made: the script steps it, the run never does.
+SCRIPT = "script"
+#: The options a doctor already made takes from the run where the script set none (what it writes, not how it judges).
+OUTPUTS = ("summary_path", "plot_path")
 
 
 class Session:
@@ -38,18 +53,49 @@ class Session:
         self.found: dict[str, Any] = {}  # what traced updates showed: {"mlx": (model, optimizer)}
         self.updates = 0  # optimizer updates run or traced so far (a compiled function that traced one trains)
         self.training_compiled = False  # a compiled function of the script traced an optimizer update
+        self.joined = False  # whether the doctor is one the script made (joined), not the run's own
+        #: the loop doctors the script made (frameworks.patch_engine records them), joined at the first step
+        self.made: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.making = False  # while the run makes its own doctor (not one of the script's)
         self._first: Any = None
 
     def attach(self, kind: str, make: Callable[..., Any]) -> Any | None:
         """The doctor (or callback) of `kind`, made by `make(**options)` the first time a step of any
-        kind is seen; None when another kind came first or making it failed."""
+        kind is seen; None when another kind came first or making it failed. At a loop's first step, an
+        unfinished doctor the script made is joined instead (and None returned: the script steps it)."""
         if self.kind is None:
+            mine = next((d for d in list(self.made) if not d.finished), None) if kind in LOOPS else None
+            if mine is not None:
+                self.join(SCRIPT, mine)
+                return None
             self.kind = kind
+            self.making = True
             try:
                 self.doctor = make(**self.doctor_options())
             except Exception as err:  # noqa: BLE001 - the script runs on without a doctor
                 print(f"leakdoctor run: could not attach to {kind}: {type(err).__name__}: {err}", file=sys.stderr)
+            finally:
+                self.making = False
         return self.doctor if self.kind == kind else None
+
+    def join(self, kind: str, doctor: Any) -> bool:
+        """Make `doctor`, one the script made (a loop doctor, a Lightning or Keras callback), the run's
+        doctor, with the run's options where the script set none; False when the run already has one."""
+        if self.kind is not None:
+            return False
+        self.kind, self.doctor, self.joined = kind, doctor, True
+        options = self.doctor_options()
+        defaults = getattr(doctor, "add_defaults", None)
+        if callable(defaults):  # a Lightning callback, whose doctor is made at fit start: every option
+            defaults(options)
+            return True
+        for part in (doctor, getattr(doctor, "doctor", None)):  # a Keras callback, and its doctor of the calls
+            settings = getattr(part, "settings", None)
+            missing = {name: Path(options[name]) for name in OUTPUTS
+                       if options.get(name) is not None and getattr(settings, name, 0) is None}
+            if missing:
+                part.settings = dataclasses.replace(settings, **missing)
+        return True
 
     def counts(self, source: Any) -> bool:
         """Whether the steps of `source` are the run's steps: those of the first optimizer (or optax
@@ -74,8 +120,8 @@ class Session:
     def forked(self, summary_path: str) -> None:
         """In a forked child (runner/children.py): no doctor yet, no step seen; the doctor a step of the
         child attaches is quiet and writes to `summary_path` (the parent reads it, and writes the one summary)."""
-        self.kind, self.doctor, self._first = None, None, None
-        self.found = {}
+        self.kind, self.doctor, self._first, self.joined = None, None, None, False
+        self.found, self.made = {}, weakref.WeakSet()  # the parent's doctors, copied by the fork, are the parent's
         options = {k: v for k, v in self.options.items() if not k.startswith("prometheus_")}
         options.update(summary_path=summary_path, plot_path=None, verbose=False)
         self.options = options
@@ -93,7 +139,7 @@ class Session:
 
         if self.kind is None:
             return True
-        if isinstance(self.doctor, LeakDoctor):
+        if isinstance(self.doctor, LeakDoctor) and not self.joined:  # the script's own wrote what it was asked
             self.doctor.settings = dataclasses.replace(self.doctor.settings, summary_path=None, plot_path=None,
                                                        verbose=False)
             return True
