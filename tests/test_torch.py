@@ -563,3 +563,34 @@ def test_merge_keeps_every_rank_and_each_finding_once():
     assert merged.projected_limit_step == 4999 and merged.verdict == "leak"
     assert [len(r["findings"]) for r in merged.ranks] == [1, 2]
     assert Summary.from_dict(json.loads(merged.to_json())).ranks == merged.ranks
+
+
+# --- fix texts that fit the value ----------------------------------------------------------------------
+
+def outputs_kept(steps: int) -> dict:
+    """A (16, 10) output tensor kept with its graph every step."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 2048), nn.ReLU(), nn.Linear(2048, 10))  # its graph keeps 256 kB
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 64), torch.randint(0, 10, (16,))
+    outputs = []
+    with LeakDoctor(model=model, optimizer=optimizer, **EVERY_STEP) as doctor:
+        for _ in range(steps):
+            out = model(x)
+            loss = F.cross_entropy(out, y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            outputs.append(out)  # the leak: a (16, 10) output with its graph
+            doctor.step()
+    return {"summary": doctor.summary.to_dict(), "shape": list(outputs[-1].shape)}
+
+
+def test_the_fix_for_a_kept_output_tensor_does_not_suggest_item():
+    # `out.item()` raises on a (16, 10) tensor: the fix suggests out.detach() (or a summary statistic)
+    result = isolated(outputs_kept, 300)
+    assert result["shape"] == [16, 10]
+    found = finding(result["summary"], "retained_graph")
+    assert found["location"].startswith("outputs in outputs_kept()")
+    assert "out.detach()" in found["recommendation"] and "out.item()" not in found["recommendation"]

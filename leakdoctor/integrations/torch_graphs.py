@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from leakdoctor.integrations.holders import CONTAINERS, Holder, find_holders, live_instances
+from leakdoctor.integrations.holders import CONTAINERS, Holder, find_holders, keep_instead, live_instances
 from leakdoctor.integrations.python import new_items
 from leakdoctor.judging.evidence import RSS, Evidence, Rule
 from leakdoctor.reporting.summary import Finding, format_value
@@ -178,11 +178,12 @@ def retained_rule() -> Rule:
         name = holder.path if holder else "the kept tensors"
         kept = holder.get() if holder else None
         value = (holder.stored() if holder else None) or "loss"
+        instead = keep_instead(value, _newest_with_graph(kept))
         if holder is None or isinstance(kept, CONTAINERS):
-            advice = (f"store {value}.detach() or {value}.item() in {name}, not the tensor with its autograd graph "
+            advice = (f"store {instead} in {name}, not the tensor with its autograd graph "
                       f"(or compute it under torch.no_grad()), and clear {name} once it is used")
         else:
-            advice = (f"add {value}.detach() or {value}.item() to {name}, not the tensor with its autograd graph (or "
+            advice = (f"add {instead} to {name}, not the tensor with its autograd graph (or "
                       f"compute it under torch.no_grad())")
         advice = _what_is_kept(holder, kept) + advice + _remedy_note(ev, census.holders)
         growth = "; ".join(_describe(ev, m, census) for m in dict.fromkeys([metric, *containers]))
@@ -259,6 +260,14 @@ def _what_is_stored(holder: Holder, kept: Any) -> str:
     if not isinstance(kept, CONTAINERS) or not newest:
         return ""
     return f"the {type(kept).__name__} {holder.path} stores tensors {group_of(newest[-1])[0]}: "
+
+
+def _newest_with_graph(kept: Any) -> Any:
+    """The newest tensor with an autograd graph that `kept` holds (a container's item, or the held tensor
+    itself: a running total); None if none can be read."""
+    if isinstance(kept, CONTAINERS):
+        return next((t for t in reversed(new_items(kept, 8)) if getattr(t, "grad_fn", None) is not None), None)
+    return kept if getattr(kept, "grad_fn", None) is not None else None
 
 
 def _what_is_kept(holder: Holder | None, kept: Any) -> str:
