@@ -73,7 +73,7 @@ def shown(summary: "Summary") -> list[str]:
     marked = {f.metric for f in summary.findings}
     first = ["rss_bytes"] if "rss_bytes" in with_points else with_points[:1]
     return first + [name for name in with_points if name not in first and (
-        summary.series[name].trend == "growing" or name in marked)]
+        summary.series[name].grows or name in marked)]
 
 
 def _panel(ax: "Axes", name: str, s: "SeriesSummary", summary: "Summary") -> None:
@@ -84,7 +84,7 @@ def _panel(ax: "Axes", name: str, s: "SeriesSummary", summary: "Summary") -> Non
     steps, raw = zip(*s.points)
     scale, suffix = unit_of(s.unit, raw)
     values = [v / scale for v in raw]  # plotted in the unit, so that the ticks fall on round numbers of it
-    ax.plot(steps, values, lw=1.2, color="tab:purple", label=f"{name} ({s.trend})", zorder=3)
+    ax.plot(steps, values, lw=1.2, color="tab:purple", label=f"{name} ({s.trend_text})", zorder=3)
     warmup = summary.settings.get("warmup")
     if warmup:
         ax.axvspan(0, warmup, color="0.9", lw=0, zorder=0, label=f"warm-up: steps 0-{warmup}, not judged")
@@ -96,7 +96,7 @@ def _panel(ax: "Axes", name: str, s: "SeriesSummary", summary: "Summary") -> Non
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     judged = [v for step, v in zip(steps, values) if step >= (warmup or 0)] or values
     ax.set_ylim(*y_limits(judged))  # fitted to the readings after warm-up: a first-step spike runs off the top
-    ax.set_title(f"{name}: {s.trend}", fontsize=9, loc="left")
+    ax.set_title(f"{name}: {s.trend_text}", fontsize=9, loc="left")
     ax.grid(alpha=0.3, lw=0.5)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
 

@@ -106,7 +106,9 @@ class Finding:
 
 @dataclass
 class SeriesSummary:
-    """One metric over the run. `points` is a bounded, decimated history for plots."""
+    """One metric over the run. `points` is a bounded, decimated history for plots. `trend`: growing,
+    plateau (grew, then stopped) or flat; `slow`: a growth too slow to matter over the horizon (it grew
+    steadily, so it is `growing`, never `flat`; its rate is `slope_per_step`)."""
 
     unit: str
     start: float
@@ -115,6 +117,17 @@ class SeriesSummary:
     slope_per_step: float
     trend: str
     points: list[tuple[int, float]] = field(default_factory=list)
+    slow: bool = False
+
+    @property
+    def trend_text(self) -> str:
+        """The trend as the table says it: 'growing, too slow to matter' for a slow growth."""
+        return f"{self.trend}, too slow to matter" if self.slow and self.trend == "growing" else self.trend
+
+    @property
+    def grows(self) -> bool:
+        """A growth that matters over the horizon (what the plot and the step-time line speak of)."""
+        return self.trend == "growing" and not self.slow
 
 
 def verdict_of(findings: list[Finding]) -> str:
@@ -348,7 +361,7 @@ def render_text(summary: Summary) -> str:
     lines.append(f"  why: {_why(summary)}")
     rows = [["metric", "after warm-up", "end", "peak", "per step", "trend"]]
     for name, s in summary.series.items():
-        rows.append([name] + [format_value(v, s.unit) for v in (s.start, s.end, s.peak, s.slope_per_step)] + [s.trend])
+        rows.append([name] + [format_value(v, s.unit) for v in (s.start, s.end, s.peak, s.slope_per_step)] + [s.trend_text])
     lines += _table(rows) if len(rows) > 1 else []
     for state in STATES:
         for f in (f for f in summary.findings if f.final_state == state):
@@ -397,7 +410,7 @@ def step_time_line(label: str, series: SeriesSummary | None) -> str | None:
     """'step time rose from 5.2 ms to 6.1 ms (+17%)' when the series grows and its end is above its start;
     the percentage only where both ends are meaningful (a start above the clock's resolution, a rise
     less than tenfold); a growing trend whose last reading is no higher is said as a trend, not a rise."""
-    if series is None or series.trend != "growing" or series.end is None or series.start is None:
+    if series is None or not series.grows or series.end is None or series.start is None:
         return None
     start, end = format_value(series.start, "seconds"), format_value(series.end, "seconds")
     if series.end <= series.start:
