@@ -200,7 +200,8 @@ def test_a_keras_fit_stops_with_a_saved_model_that_loads(tmp_path):
     summary = result["summary"]
     stopped = summary["stopped"]
     assert summary["verdict"] == "leak" and summary["memory_limit"]["source"] == "user"
-    assert stopped["step"] == 1 and stopped["reason"].startswith("fit() call 1 at ")  # the first call
+    assert stopped["call"] == 1 and stopped["reason"].startswith("fit() call 1 at ")  # the first call
+    assert stopped["step"] == stopped["batch"]  # on the clock of batches: the first fit's batch
     assert stopped["checkpoint"] == str(tmp_path / f"leakdoctor-stop-fit1-batch{stopped['batch']}.keras")
     assert result["epochs"] < 100  # the fit ended early, at the end of the batch after the decision
     assert result["same_weights"] and result["predicts"]  # the model as it was when the doctor stopped

@@ -167,6 +167,9 @@ class Summary:
     complete: bool = True
     #: When it was last written to a file (ISO 8601, local time with its offset); None if never.
     written_at: str | None = None
+    #: Where the steps are batches of several calls (Keras fits): each call, marked on the clock of steps
+    #: ({"call", "kind", "first_step", "last_step"}); None where a step is a step of one loop.
+    calls: list[dict[str, Any]] | None = None
 
     @property
     def verdict(self) -> str:
@@ -218,7 +221,8 @@ class Summary:
             "written_at": self.written_at,
             **{key: value for key, value in (("stopped", self.stopped), ("stopped_by", self.stopped_by),
                                              ("oom", self.oom),
-                                             ("unwatched", self.unwatched)) if value is not None},
+                                             ("unwatched", self.unwatched), ("calls", self.calls))
+               if value is not None},
         }
 
     def to_json(self) -> str:
@@ -253,6 +257,7 @@ class Summary:
             unwatched=data.get("unwatched"),
             complete=data.get("complete", True),  # files older than the field were written at the end
             written_at=data.get("written_at"),
+            calls=data.get("calls"),
         )
 
     @classmethod
