@@ -92,6 +92,7 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("subject", "remedy", "explains")}
         data["remedy"] = asdict(self.remedy) if self.remedy else None
+        data["series"] = list(self.explains)  # the series that proved it (the plot's panels, the table's lines)
         return data
 
     @classmethod
@@ -101,6 +102,8 @@ class Finding:
         fields_ = {k: v for k, v in data.items() if k in known}
         if fields_.get("rate_interval") is not None:
             fields_["rate_interval"] = tuple(fields_["rate_interval"])
+        if isinstance(data.get("series"), list):
+            fields_["explains"] = tuple(str(name) for name in data["series"])
         return cls(**fields_, remedy=RemedyOutcome(**_known(RemedyOutcome, remedy)) if remedy else None)
 
 
@@ -370,7 +373,7 @@ def render_text(summary: Summary) -> str:
     lines += _table(rows) if len(rows) > 1 else []
     for state in STATES:
         for f in (f for f in summary.findings if f.final_state == state):
-            lines += [""] + _finding_lines(f)
+            lines += [""] + _finding_lines(f) + _proving_lines(f, summary.series)
     for name, label in (("step_seconds", "step time"), ("step_cpu_seconds", "CPU time per step")):
         line = step_time_line(label, summary.series.get(name))
         lines += [line] if line else []
@@ -457,6 +460,22 @@ def _finding_lines(f: Finding) -> list[str]:
         lines.append(f"  remedy: {_remedy_line(f.remedy, f.unit)}")
     lines += [f"  also: {_supporting_line(other)}" for other in f.supporting]
     return lines
+
+
+def proving(f: Finding, series: dict[str, SeriesSummary]) -> list[str]:
+    """The series that proved a finding, that the summary has: its metric, then what it explains (the hooks,
+    the compiles, the live arrays, a container's length that grew with it)."""
+    return [name for name in dict.fromkeys([f.metric, *f.explains]) if name in series]
+
+
+def _proving_lines(f: Finding, series: dict[str, SeriesSummary]) -> list[str]:
+    """'  series: len(outputs) 25 -> 400 (1/step, growing)': the series that proved it, as the table reads them."""
+    shown = []
+    for name in proving(f, series):
+        s = series[name]
+        shown.append(f"{name} {format_value(s.start, s.unit)} -> {format_value(s.end, s.unit)} "
+                     f"({format_value(s.slope_per_step, s.unit)}/step, {s.trend_text})")
+    return [f"  series: {'; '.join(shown)}"] if shown else []
 
 
 def _supporting_line(other: dict[str, Any]) -> str:
