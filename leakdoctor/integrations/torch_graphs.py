@@ -321,3 +321,57 @@ def _grows(ev: Evidence, metric: str) -> bool:
     may hold too few windows for a trend when a fast leak is investigated early)."""
     trend = ev.trends.get(metric)
     return metric in ev.confirmed or bool(trend and trend.growing) or ev.growth(metric) >= ev.steps
+
+
+# --- the last look at finish() ------------------------------------------------------------------------
+
+#: A running total's chain proves itself when it has at least this many nodes of its kind in a row, and one
+#: for every other step of the run: a model's own graph has a few nodes of a kind in a row, a total kept
+#: with its graph (`total_loss += loss`) one a step.
+MIN_CHAIN = 32
+
+
+def chain_length(node: Any, limit: int) -> int:
+    """Nodes of the root's kind that follow one another from it (AddBackward0 after AddBackward0: a total
+    that adds each step's loss to the last total), at most `limit`."""
+    name, count = node.name(), 0
+    while node is not None and count < limit:
+        count += 1
+        node = next((fn for fn, _ in node.next_functions if fn is not None and fn.name() == name), None)
+    return count
+
+
+def last_look(tensor_type: type, roots: Callable[[], list[Any]]) -> Callable[[int], list[Finding]]:
+    """The census's proof in one snapshot, for finish() (judging/last_look.py): a tensor whose graph chains
+    a node of one kind for every other step of the run, or a container holding a tensor with its graph for
+    every other step, held by a named place of the user's program: retained_graph at the line that stores
+    into it. A clean loop holds the last step's loss and outputs: neither."""
+
+    def look(steps: int) -> list[Finding]:
+        needed = max(MIN_CHAIN, steps // 2)
+        grad = [t for t in live_instances(tensor_type) if getattr(t, "grad_fn", None) is not None]
+        if len(grad) >= needed:  # enough tensors with graphs alive for one container to keep one a step
+            listed = [h for h in find_holders(grad, roots(), sys._getframe(1))
+                      if isinstance(h.get(), CONTAINERS) and h.count >= needed]
+        else:
+            listed = []
+        chained = [t for t in grad if chain_length(t.grad_fn, needed) >= needed]
+        holders = listed or (find_holders(chained, roots(), sys._getframe(1)) if chained else [])
+        if not holders:
+            return []
+        holder = holders[0]
+        kept = holder.get()
+        sample = _newest_with_graph(kept)
+        nodes = graph_nodes([sample]) if sample is not None else 0
+        instead = keep_instead(holder.stored() or "loss", sample)
+        what = (f"{holder.count} tensors with grad_fn in {holder.name}" if isinstance(kept, CONTAINERS) else
+                f"{holder.name} holds a tensor whose autograd graph chains {nodes} nodes, about one a step")
+        return [Finding(
+            "retained_graph", RSS, first_step=0, detected_step=0, rate_per_step=0.0, unit="bytes",
+            location=holder.location(), subject=holders,
+            evidence=f"at the end of the run, {what} (a look at what was alive when it ended: the growth was too "
+                     f"slow or too short to raise a suspicion)",
+            recommendation=_what_is_kept(holder, kept) + f"store {instead} in {holder.path}, not the tensor with its "
+                           f"autograd graph (or compute it under torch.no_grad())")]
+
+    return look
