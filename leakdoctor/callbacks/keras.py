@@ -78,7 +78,7 @@ from leakdoctor.reporting import ranks, report
 from leakdoctor.reporting.exporter import Publisher
 from leakdoctor.judging.detect import theil_sen
 from leakdoctor.judging.stopped import thinned
-from leakdoctor.reporting.summary import Finding, SeriesSummary, Summary, format_value
+from leakdoctor.reporting.summary import Finding, SeriesSummary, Summary
 from leakdoctor.settings import DoctorOptions, documented, reject_unknown
 
 #: Keras backends an extra of leakdoctor installs, with that extra.
