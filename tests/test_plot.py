@@ -184,3 +184,45 @@ def test_the_stop_and_a_keras_runs_calls_are_marked_on_every_panel():
         labels = legend_labels(ax)
         assert "stopped before the memory limit (step 300)" in labels, labels
         assert "end of each fit/evaluate/predict call" in labels, labels
+
+
+def outputs_kept_in_a_local_list(steps: int = 300) -> dict:
+    """A torch loop keeping each step's (16, 10) output, with its graph, in a list of the loop: nothing
+    watches the list, so no series holds what proves the retained graph but the census's nodes."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from leakdoctor.callbacks.torch import LeakDoctor as TorchDoctor
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 2048), nn.ReLU(), nn.Linear(2048, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 64), torch.randint(0, 10, (16,))
+    outputs = []
+    with TorchDoctor(model=model, optimizer=optimizer, overhead=1.0, verbose=False) as doctor:
+        for _ in range(steps):
+            out = model(x)
+            loss = F.cross_entropy(out, y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            outputs.append(out)
+            doctor.step()
+    return doctor.summary.to_dict()
+
+
+def test_a_retained_graph_proven_by_autograd_nodes_gets_a_panel_of_those_nodes():
+    from helpers import counts, isolated
+
+    data = isolated(outputs_kept_in_a_local_list)
+    [found] = [f for f in data["findings"] if f["cause"] == "retained_graph" and counts(f)]
+    [proof] = found["proof"]
+    (first, before), (last, after) = proof["points"]
+    assert proof["name"] == "autograd nodes" and first < last and after > before, proof
+    fig = figure(Summary.from_dict(data))
+    panels = {ax.get_title(loc="left"): ax for ax in fig.axes}
+    ax = panels["autograd nodes: proves retained_graph"]
+    assert f"retained_graph: detected (step {found['detected_step']})" in legend_labels(ax), legend_labels(ax)
+    assert list(ax.lines[0].get_xdata()) == [first, last]

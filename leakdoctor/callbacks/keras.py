@@ -612,8 +612,10 @@ def per_batch(finding: Finding, call: int, offset: int, batches: int, label: str
     """A finding of one fit's batches on the run's clock of training batches: its steps moved on by the
     batches before the fit (`offset`), its rates per batch as they are, the call named in the evidence."""
     remedy = finding.remedy and dataclasses.replace(finding.remedy, applied_step=offset + finding.remedy.applied_step)
+    proof = [{**p, "points": [[offset + step, value] for step, value in p.get("points", [])]} for p in finding.proof]
     return dataclasses.replace(
         finding, first_step=offset + finding.first_step, detected_step=offset + finding.detected_step, remedy=remedy,
+        proof=proof,
         evidence=f"within {label} ({batches} batches; steps {offset + 1}-{offset + batches}, from its batch "
                  f"{finding.first_step}): {finding.evidence}")
 
@@ -650,6 +652,7 @@ def on_batches(calls: Summary, record: _Record, fits: list[_Fit]) -> Summary:
             f, first_step=record.at(f.first_step - 1) + 1, detected_step=record.at(f.detected_step),
             rate_per_step=f.rate_per_step * factor, detected_rate=scaled(f.detected_rate, factor),
             rate_interval=f.rate_interval and (f.rate_interval[0] * factor, f.rate_interval[1] * factor),
+            proof=[{**p, "points": [[record.at(step), value] for step, value in p.get("points", [])]} for p in f.proof],
             supporting=[{**o, "rate_per_step": scaled(o.get("rate_per_step"), factor),
                          "first_step": record.at(o["first_step"] - 1) + 1 if o.get("first_step") else o.get("first_step"),
                          "detected_step": record.at(o["detected_step"]) if o.get("detected_step") else o.get("detected_step")}

@@ -37,6 +37,8 @@ class Retained:
     holders: list[Holder]
     #: who holds the tensors without a graph gained in the window (a dict of input batches), most first
     data_holders: list[Holder] = field(default_factory=list)
+    #: autograd nodes alive at the window's start (its end: graph_start + graph_growth)
+    graph_start: int = 0
 
     @property
     def retained(self) -> bool:
@@ -131,8 +133,8 @@ class TensorCensus:
             holders = find_holders([biggest], self._roots(), frame)
         stored = [t for group, t in keyed if not group[1] and group in gained and not self._is_old(t)][-SAMPLE:]
         data_holders = find_holders(stored, self._roots(), frame) if stored else []
-        self._before, self._old = Counter(), {}
-        return Retained(steps, groups, growth, holders, data_holders)
+        start, self._before, self._old = self._graph, Counter(), {}
+        return Retained(steps, groups, growth, holders, data_holders, start)
 
     def _is_old(self, t: Any) -> bool:
         ref = self._old.get(id(t))
@@ -192,6 +194,9 @@ def retained_rule() -> Rule:
             explains=tuple(dict.fromkeys([metric, *containers, *([memory] if memory else []), *twin])),
             subject=census.holders, evidence=f"{growth}; {census.describe()}",
             recommendation=advice)
+        if census.graph_growth > 0:  # the nodes it counted: the proof no series of the run holds
+            found.proof = [{"name": "autograd nodes", "unit": "count", "points": [
+                [ev.start_step, census.graph_start], [ev.end_step, census.graph_start + census.graph_growth]]}]
         if metric == memory and not ev.growing(memory):  # its series shows no growth yet: the graphs' bytes
             found.rate_per_step = census.graph_bytes / census.steps
         if chained and not ev.survives(RSS):  # what the ladders saw it keep, not a growth a rung took back

@@ -45,11 +45,15 @@ def figure(summary: "Summary") -> "Figure":
     except ImportError as err:
         raise ImportError("the plot needs matplotlib: pip install 'leakdoctor[plot]'") from err
     names = shown(summary)
-    fig = Figure(figsize=(11, 1.3 + 2.3 * max(1, len(names))), layout="constrained")
+    proofs = proof_panels(summary)
+    panels = len(names) + len(proofs)
+    fig = Figure(figsize=(11, 1.3 + 2.3 * max(1, panels)), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(max(1, len(names)), 1, sharex=True, squeeze=False)[:, 0]
+    axes = fig.subplots(max(1, panels), 1, sharex=True, squeeze=False)[:, 0]
     for ax, name in zip(axes, names):
         _panel(ax, name, summary.series[name], summary)
+    for ax, (finding, record) in zip(axes[len(names):], proofs):
+        _proof_panel(ax, finding, record, summary)
     if not names:
         axes[0].text(0.5, 0.5, "no series recorded", ha="center", va="center", transform=axes[0].transAxes)
     axes[-1].set_xlabel("step")
@@ -107,6 +111,35 @@ def _panel(ax: "Axes", name: str, s: "SeriesSummary", summary: "Summary") -> Non
     judged = [v for step, v in zip(steps, values) if step >= (warmup or 0)] or values
     ax.set_ylim(*y_limits(judged))  # fitted to the readings after warm-up: a first-step spike runs off the top
     ax.set_title(f"{name}: {s.trend_text}", fontsize=9, loc="left")
+    ax.grid(alpha=0.3, lw=0.5)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+
+
+def proof_panels(summary: "Summary") -> list[tuple["Finding", dict[str, Any]]]:
+    """What proved a finding that no series holds (its investigation's reading at the window's two ends:
+    the autograd nodes a census counted), one panel each: a retained graph on flat resident memory is shown
+    by the nodes that grew."""
+    return [(f, record) for f in summary.findings for record in f.proof if len(record.get("points") or []) >= 2]
+
+
+def _proof_panel(ax: "Axes", f: "Finding", record: dict[str, Any], summary: "Summary") -> None:
+    """One proof record: its readings, with the finding's marks and the run's."""
+    from matplotlib.ticker import MaxNLocator
+
+    unit = record.get("unit", "count")
+    steps, raw = zip(*record["points"])
+    scale, suffix = unit_of(unit, raw)
+    values = [v / scale for v in raw]
+    name = record.get("name", "proof")
+    ax.plot(steps, values, lw=1.2, marker="o", color="tab:purple", zorder=3,
+            label=f"{name}, read by the investigation of {f.cause}")
+    _marks(ax, f, unit, int(max(summary.steps, steps[-1])))
+    _run_marks(ax, summary)
+    ax.yaxis.set_major_formatter(unit_formatter(suffix))
+    if unit == "count":
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(*y_limits(values))
+    ax.set_title(f"{name}: proves {f.cause}", fontsize=9, loc="left")
     ax.grid(alpha=0.3, lw=0.5)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
 

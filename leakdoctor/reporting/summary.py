@@ -61,6 +61,9 @@ class Finding:
     #: the same cause at the same place seen on other metrics (report.merged): each one's metric, rate,
     #: unit, steps, state, severity and remedy, as its own finding would have said
     supporting: list[dict[str, Any]] = field(default_factory=list)
+    #: what proved it that no series of the run holds, as its investigation read it: {"name", "unit",
+    #: "points": [[step, value], ...]} (the autograd nodes a census counted at the window's two ends)
+    proof: list[dict[str, Any]] = field(default_factory=list)
     subject: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -475,6 +478,12 @@ def _proving_lines(f: Finding, series: dict[str, SeriesSummary]) -> list[str]:
         s = series[name]
         shown.append(f"{name} {format_value(s.start, s.unit)} -> {format_value(s.end, s.unit)} "
                      f"({format_value(s.slope_per_step, s.unit)}/step, {s.trend_text})")
+    for record in f.proof:
+        points = record.get("points") or []
+        if len(points) >= 2:
+            unit = record.get("unit", "count")
+            shown.append(f"{record.get('name')} {format_value(points[0][1], unit)} -> {format_value(points[-1][1], unit)} "
+                         f"over steps {points[0][0]}-{points[-1][0]} (its investigation)")
     return [f"  series: {'; '.join(shown)}"] if shown else []
 
 
