@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
 from leakdoctor import __version__
 from leakdoctor.integrations import UNITS, Integration, MetricSpec, process, python
+from leakdoctor.judging import last_look
 from leakdoctor.judging.clinic import Clinic, Practice
 from leakdoctor.judging.diagnosis import GENERIC_RULES
 from leakdoctor.lifecycle import limits, oom, stopping, termination
@@ -104,6 +105,7 @@ class LeakDoctor:
         # _register_ending): a part that held the doctor would keep a dropped doctor from being collected.
         say, limit_of = _Late(type(self), self.__dict__, "_say"), _Late(type(self), self.__dict__, "_limit_of")
         self._clinic = Clinic(self.settings, self._monitor, practice, self._guard, say)
+        self._last_looks = [look for part in parts for look in part.last_looks]  # at finish: judging/last_look.py
         self._limit_watch = self._new_limit_watch(limit_of, say)
         #: whether the ranks of a distributed run agree on the stop (the subclass's step() then settles)
         self._shared = isinstance(self._limit_watch, stopping.SharedLimitWatch)
@@ -319,6 +321,8 @@ class LeakDoctor:
         self._idle = False
         self._sampler.stop_thread()
         self._guard.call("finish", self._clinic.conclude_pending, self._step)
+        self._guard.call("last look", last_look.conclude, self._clinic, self._monitor, self.settings,
+                         self._last_looks, self._step)
         self._probes.close()
         summary = self._guard.call("summary", self._build_summary) or self._bare_summary()
         summary = self._guard.call("post-mortem", oom.post_mortem, summary, exception, self._step, self._clinic.sites,

@@ -103,8 +103,11 @@ def test_models_built_in_a_loop_are_found_across_fits_and_clear_session_stops_th
     fits = 40
     result = isolated(models_in_a_loop, backend, fits, str(tmp_path))
     summary = result["summary"]
-    assert summary["framework"] == "keras" and summary["steps"] == fits  # the across-calls clock: one step per fit
-    assert result["written"] == list(range(1, fits + 1))  # the cumulative summary, rewritten after every fit
+    # one clock: the steps are the training batches (4 a fit), each fit call marked
+    assert summary["framework"] == "keras" and summary["steps"] == 4 * fits
+    assert [(c["call"], c["kind"], c["first_step"], c["last_step"]) for c in summary["calls"]] == \
+        [(n, "fit", 4 * n - 3, 4 * n) for n in range(1, fits + 1)]
+    assert result["written"] == list(range(4, 4 * fits + 1, 4))  # the cumulative summary, rewritten after every fit
     found = finding(summary, "python_objects")
     # On jax the models' variables are jax arrays, so the finding may stand on the live bytes jax holds
     # instead: in a window where Python's own collections had already freed most old models, what
@@ -120,10 +123,10 @@ def test_models_built_in_a_loop_are_found_across_fits_and_clear_session_stops_th
     # The models piled up: memory grew by at least half a model per new model (every call brings one).
     model_bytes = summary["series"]["keras_model_bytes"]["end"]
     others = [(f["cause"], f["metric"], f["benign"], f["first_step"], f["rate_per_step"]) for f in summary["findings"]]
-    assert found["rate_per_step"] >= 0.5 * model_bytes, (found, model_bytes, others, summary["notes"])
+    assert 4 * found["rate_per_step"] >= 0.5 * model_bytes, (found, model_bytes, others, summary["notes"])  # per batch
     remedy = found["remedy"]
     assert remedy["name"] == "clear_session" and remedy["effective"] is True, remedy
-    assert remedy["rate_after"] < 0.5 * model_bytes < found["rate_per_step"], remedy
+    assert 4 * remedy["rate_after"] < 0.5 * model_bytes < 4 * found["rate_per_step"], remedy
     assert summary["verdict"] == "remedied", [(f["cause"], f["remedy"]) for f in summary["findings"]]
     # Resident memory measured here, after each fit. Before clear_session it rose above its level after
     # the warm-up by more than two models' worth (on jax in a sawtooth: the investigations' gc.collect()
@@ -131,14 +134,14 @@ def test_models_built_in_a_loop_are_found_across_fits_and_clear_session_stops_th
     # that peak, and what is left grows by less than half a model per fit (the C heap settling, which a
     # loop calling clear_session itself shows too).
     rss = np.asarray(result["rss"], dtype=float)
-    applied, warmup = remedy["applied_step"], result["settings"]
+    applied, warmup = remedy["applied_step"] // 4, result["settings"]  # the fit call it was applied after
     peak = rss[warmup:applied].max()
     assert peak - rss[warmup - 1] >= 2 * model_bytes, (rss[warmup - 1], peak, model_bytes)
     assert rss[applied:].max() < peak, (peak, rss[applied:])
     growth_after = theil_sen(np.arange(applied + 1, fits + 1), rss[applied:])[0]
     assert growth_after < 0.5 * model_bytes, (growth_after, model_bytes)
     # The fits ran with verbose=0: the summary is printed once, at finish(); the findings as they came.
-    assert len(phrase("headline", framework="keras", steps=40, verdict="REMEDIED").findall(result["printed"])) == 1
+    assert len(phrase("headline", framework="keras", steps=160, verdict="REMEDIED").findall(result["printed"])) == 1
     assert says(result["printed"], "applied", remedy="clear_session", cause="python_objects")
 
 
@@ -150,7 +153,7 @@ def test_models_built_in_a_loop_with_clear_session_are_clean(tmp_path):
     # if that is investigated, it is named and found benign, never a leak.
     assert all(f["benign"] and f["cause"] == "python_objects" and says(f["evidence"], "models_settle")
                for f in summary["findings"]), summary["findings"]
-    assert summary["steps"] == 20 and summary["series"]["keras_models_seen"]["end"] == 20
+    assert summary["steps"] == 80 and summary["series"]["keras_models_seen"]["end"] == 20  # 20 fits of 4 batches
 
 
 def models_kept_in_a_list(backend: str, fits: int) -> dict:
@@ -206,7 +209,8 @@ def clean_fit(backend: str, folder: str) -> dict:
             "history": history.history, "weights": model.get_weights(), "predictions": predictions}
         if doctor:
             result["printed"] = printed.getvalue()
-            result["summary"] = doctor.finish().to_dict()
+            final = doctor.finish()
+            result["summary"], result["text"] = final.to_dict(), final.text()
             result["file"] = json.loads((Path(folder) / "leaks.json").read_text())
     with open(Path(folder) / "log1.csv") as fh:
         result["csv"] = list(csv.DictReader(fh))
@@ -218,8 +222,11 @@ def test_a_clean_fit_has_no_finding_logs_memory_and_trains_exactly_as_without(ba
     result = isolated(clean_fit, backend, str(tmp_path))
     summary = result["summary"]
     assert summary["verdict"] == "clean" and kept(summary) == [], summary["findings"]
-    assert summary["steps"] == 2 and result["file"]["steps"] == 2  # the fit and the predict
-    assert says(summary["notes"][0], "keras_clock", calls=2, batches=160)  # 20 epochs of 8 batches
+    # one clock: the steps are the fit's 160 training batches (20 epochs of 8), the fit and the predict marked
+    assert summary["steps"] == 160 and result["file"]["steps"] == 160
+    assert [(c["kind"], c["first_step"], c["last_step"]) for c in summary["calls"]] == [("fit", 1, 160), ("predict", 160, 160)]
+    assert says(summary["notes"][0], "keras_clock", calls=2, batches=160)
+    assert "watched 160 steps" in result["text"]  # the headline counts batches, not the one fit call
     # At the end of the fit, one line about it; the summary itself is printed once, at finish().
     assert len(phrase("fit_line", call=1).findall(result["printed"])) == 1, result["printed"]
     assert says(result["printed"], "fit_result", batches=160, verdict="clean", found="nothing found")
@@ -307,8 +314,8 @@ def test_activations_kept_within_one_fit_are_found_on_the_batch_clock():
     assert says(found["evidence"], "within_fit", "fit_batches", call=1, batches=batches)
     assert says(found["evidence"], "list_grew", list="Keeper.activations") and "(64, 64) float32" in found["evidence"], \
         found["evidence"]
-    assert found["first_step"] == found["detected_step"] == 1  # on the clock of calls: the first call
-    assert found["rate_per_step"] >= batches * 64 * 64 * 4  # per call: at least each batch's kept activation
+    assert 1 <= found["first_step"] <= found["detected_step"] <= batches  # on the clock of batches
+    assert found["rate_per_step"] >= 64 * 64 * 4  # per batch: at least each batch's kept activation
 
 
 def native_growth_in_fits(leaking_fits: tuple[int, ...], fits: int = 3, batches: int = 160) -> dict:
@@ -352,7 +359,7 @@ def test_native_growth_within_the_first_fit_only_is_withdrawn_once_later_fits_do
     stays in the summary, withdrawn, and the run is clean. The same growth in every fit stays a leak."""
     once = isolated(native_growth_in_fits, (1,))
     [found] = [f for f in once["findings"] if f["cause"] == "native_memory"]
-    assert (found["state"], found["severity"], found["first_step"]) == ("withdrawn", None, 1), found
+    assert (found["state"], found["severity"]) == ("withdrawn", None) and found["first_step"] <= 160, found  # fit 1
     assert found["reason"] and once["verdict"] == "clean", once["findings"]
     every = isolated(native_growth_in_fits, (1, 2, 3))
     assert every["verdict"] == "leak", every["findings"]
@@ -394,10 +401,12 @@ def fit_that_raises(folder: str) -> dict:
 def test_a_fit_that_raises_is_noted_and_the_callback_goes_on(tmp_path):
     result = isolated(fit_that_raises, str(tmp_path))
     summary = result["summary"]
-    assert summary["steps"] == 2  # the fit that raised never ended; the second fit and the evaluate did
+    # the fit that raised never ended; the second fit and the evaluate did; the steps are the 8 training
+    # batches of both fits (2 a epoch: 4 before the raise, 4 in the second fit)
+    assert summary["steps"] == 8 and [c["kind"] for c in summary["calls"]] == ["fit", "evaluate"]
     assert says(summary["notes"], "call_did_not_return", call=1, kind="fit", site=site("fit-raises")), summary["notes"]
-    assert result["same"] and result["after"] == 2
-    assert result["file"]["steps"] == 2 and summary["errors"] == []
+    assert result["same"] and result["after"] == 8
+    assert result["file"]["steps"] == 8 and summary["errors"] == []
 
 
 # --- what needs no fresh heap, in one jax process ------------------------------------------------------
@@ -463,3 +472,43 @@ def test_bad_arguments_fail_at_construction_and_copies_share_one_history(basics)
     for name, message in zip(("remedies", "window", "log_prefix", "windows", "warmup", "call_options",
                               "summary_path"), errors):
         assert name in message, (name, message)
+
+
+# --- one clock: the findings' rates and the table agree ----------------------------------------------
+
+def hoarding_fit(batches: int) -> dict:
+    """One fit (torch backend) whose callback keeps a 256 kB array after every training batch."""
+    keras = keras_on("torch")
+    from leakdoctor.callbacks.keras import LeakDoctorCallback
+
+    class Hoarder(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.kept = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.kept.append(np.ones(2**15))  # hoard
+
+    x, y = regression_data(64 * batches, 32)
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    doctor = LeakDoctorCallback(memory_limit=LIMIT, verbose=False)
+    model.fit(x, y, epochs=1, batch_size=64, verbose=0, callbacks=[doctor, Hoarder()])
+    return doctor.finish().to_dict()
+
+
+def test_a_fit_counts_batches_and_its_rates_agree_with_the_table():
+    batches = 240
+    summary = isolated(hoarding_fit, batches)
+    assert summary["steps"] == batches and summary["calls"] == [
+        {"call": 1, "kind": "fit", "first_step": 1, "last_step": batches}]
+    leaks = [f for f in summary["findings"] if counts(f) and f["unit"] == "bytes"]
+    assert leaks, summary["findings"]
+    found = leaks[0]
+    assert 2**18 / 2 <= found["rate_per_step"] <= 2 * 2**18, found  # per batch: the 256 kB kept
+    series = summary["series"][found["metric"]]
+    points = [(step, value) for step, value in series["points"] if step >= found["first_step"]]
+    shown = series["end"] - points[0][1]  # the growth the table's series shows since the growth began
+    claimed = found["rate_per_step"] * (summary["steps"] - points[0][0])
+    assert 0.5 * shown <= claimed <= 2 * shown, (claimed, shown)
+    assert series["trend"] == "growing" and 0.5 * found["rate_per_step"] <= series["slope_per_step"] <= 2 * found["rate_per_step"]

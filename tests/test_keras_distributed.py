@@ -118,7 +118,8 @@ def test_two_keras_processes_stop_their_fits_at_the_same_batch_when_one_leaks(tm
     summary = json.loads((tmp_path / "leaks.json").read_text())
     assert summary["rank"] == 0 and summary["framework"] == "keras"
     stopped = summary["stopped"]
-    assert stopped["step"] == 1 and stopped["batch"] <= batches[0]  # the first fit; Keras ends the batch it began
+    assert stopped["call"] == 1 and stopped["batch"] <= batches[0]  # the first fit; Keras ends the batch it began
+    assert stopped["step"] == stopped["batch"]  # on the clock of batches: the first fit's
     assert summary["stopped_by"]["rank"] == 1
     saved = tmp_path / f"leakdoctor-stop-fit1-batch{stopped['batch']}.keras"
     assert stopped["checkpoint"] == str(saved) and saved.is_file()

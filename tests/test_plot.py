@@ -113,3 +113,116 @@ def test_plot_summary_writes_a_png(tmp_path):
     path = tmp_path / "leaks.png"
     remedied_summary().plot(path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- pictures that prove the verdict: each finding's proving series, from a real run -------------------
+
+def hooks_and_outputs_kept(steps: int = 300) -> dict:
+    """A torch loop that registers a forward hook every step and keeps each step's output, with its graph,
+    in a list on the model."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from leakdoctor.callbacks.torch import LeakDoctor as TorchDoctor
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 1))
+            self.history = []
+
+        def forward(self, x):
+            return self.body(x)
+
+    def note(module, inputs, output) -> None:
+        module.last = output.detach().norm()
+
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 64), torch.randn(32, 1)
+    with TorchDoctor(model=model, optimizer=optimizer, overhead=1.0, verbose=False) as doctor:
+        for _ in range(steps):
+            model.body[0].register_forward_hook(note)  # a hook per step
+            loss = F.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            model.history.append(model(x))  # an output with its graph kept per step
+            doctor.step()
+    return doctor.summary.to_dict()
+
+
+def test_each_finding_is_drawn_on_every_series_that_proved_it():
+    from helpers import counts, isolated
+
+    data = isolated(hooks_and_outputs_kept)
+    summary = Summary.from_dict(data)
+    found = {f["cause"]: f for f in data["findings"] if counts(f)}
+    assert {"hook_accumulation", "retained_graph"} <= set(found), data["findings"]
+    assert "torch_hooks" in found["hook_accumulation"]["series"]
+    assert any(name.startswith("len(") for name in found["retained_graph"]["series"])
+    fig = figure(summary)
+    panels = {ax.get_title(loc="left").split(": ")[0]: ax for ax in fig.axes}
+    for f in found.values():
+        for name in f["series"]:
+            assert name in panels, (name, list(panels))  # its own axis
+            assert f"{f['cause']}: detected (step {f['detected_step']})" in legend_labels(panels[name]), \
+                (name, legend_labels(panels[name]))
+    assert any(len(f["series"]) > 1 for f in found.values())  # a finding proven on more than its metric
+
+
+def test_the_stop_and_a_keras_runs_calls_are_marked_on_every_panel():
+    summary = remedied_summary()
+    summary = dataclasses.replace(summary, stopped={"step": 300, "reason": "projected", "checkpoint": None},
+                                  calls=[{"call": 1, "kind": "fit", "first_step": 1, "last_step": 200},
+                                         {"call": 2, "kind": "fit", "first_step": 201, "last_step": 400}])
+    for ax in figure(summary).axes:
+        labels = legend_labels(ax)
+        assert "stopped before the memory limit (step 300)" in labels, labels
+        assert "end of each fit/evaluate/predict call" in labels, labels
+
+
+def outputs_kept_in_a_local_list(steps: int = 300) -> dict:
+    """A torch loop keeping each step's (16, 10) output, with its graph, in a list of the loop: nothing
+    watches the list, so no series holds what proves the retained graph but the census's nodes."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from leakdoctor.callbacks.torch import LeakDoctor as TorchDoctor
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 2048), nn.ReLU(), nn.Linear(2048, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 64), torch.randint(0, 10, (16,))
+    outputs = []
+    with TorchDoctor(model=model, optimizer=optimizer, overhead=1.0, verbose=False) as doctor:
+        for _ in range(steps):
+            out = model(x)
+            loss = F.cross_entropy(out, y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            outputs.append(out)
+            doctor.step()
+    return doctor.summary.to_dict()
+
+
+def test_a_retained_graph_proven_by_autograd_nodes_gets_a_panel_of_those_nodes():
+    from helpers import counts, isolated
+
+    data = isolated(outputs_kept_in_a_local_list)
+    [found] = [f for f in data["findings"] if f["cause"] == "retained_graph" and counts(f)]
+    [proof] = found["proof"]
+    (first, before), (last, after) = proof["points"]
+    assert proof["name"] == "autograd nodes" and first < last and after > before, proof
+    fig = figure(Summary.from_dict(data))
+    panels = {ax.get_title(loc="left"): ax for ax in fig.axes}
+    ax = panels["autograd nodes: proves retained_graph"]
+    assert f"retained_graph: detected (step {found['detected_step']})" in legend_labels(ax), legend_labels(ax)
+    assert list(ax.lines[0].get_xdata()) == [first, last]

@@ -422,3 +422,31 @@ def test_a_leakdoctor_warning_points_at_the_users_line_not_into_the_framework():
     warning = next(w for w in caught if issubclass(w.category, LeakDoctorWarning))
     assert warning.filename == __file__
     assert "THE-USER-LINE" in open(__file__).read().splitlines()[warning.lineno - 1]
+
+
+# --- a trend label that tells the truth --------------------------------------------------------------
+
+def slow_list_loop(steps: int = 1500, size: int = 8192) -> dict:
+    """A plain Python list that keeps 8 kB a step: a steady growth, too slow to matter over the horizon
+    against the machine's memory."""
+    from leakdoctor import LeakDoctor
+
+    kept = []
+    doctor = LeakDoctor(verbose=False)
+    for _ in range(steps):
+        kept.append(bytearray(size))
+        doctor.step()
+    summary = doctor.finish()
+    return {"summary": summary.to_dict(), "text": summary.text()}
+
+
+def test_a_slow_steady_growth_is_growing_and_slow_never_flat():
+    from helpers import isolated
+
+    result = isolated(slow_list_loop)
+    rss = result["summary"]["series"]["rss_bytes"]
+    assert rss["trend"] == "growing" and rss["slow"] is True, rss["trend"]
+    assert 4096 < rss["slope_per_step"] < 16384  # its rate: 8 kB a step
+    assert result["summary"]["verdict"] == "clean"
+    loaded = Summary.from_dict(result["summary"])
+    assert loaded.series["rss_bytes"].slow and not loaded.series["rss_bytes"].grows

@@ -563,3 +563,67 @@ def test_merge_keeps_every_rank_and_each_finding_once():
     assert merged.projected_limit_step == 4999 and merged.verdict == "leak"
     assert [len(r["findings"]) for r in merged.ranks] == [1, 2]
     assert Summary.from_dict(json.loads(merged.to_json())).ranks == merged.ranks
+
+
+# --- fix texts that fit the value ----------------------------------------------------------------------
+
+def outputs_kept(steps: int) -> dict:
+    """A (16, 10) output tensor kept with its graph every step."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 2048), nn.ReLU(), nn.Linear(2048, 10))  # its graph keeps 256 kB
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 64), torch.randint(0, 10, (16,))
+    outputs = []
+    with LeakDoctor(model=model, optimizer=optimizer, **EVERY_STEP) as doctor:
+        for _ in range(steps):
+            out = model(x)
+            loss = F.cross_entropy(out, y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            outputs.append(out)  # the leak: a (16, 10) output with its graph
+            doctor.step()
+    return {"summary": doctor.summary.to_dict(), "shape": list(outputs[-1].shape)}
+
+
+def test_the_fix_for_a_kept_output_tensor_does_not_suggest_item():
+    # `out.item()` raises on a (16, 10) tensor: the fix suggests out.detach() (or a summary statistic)
+    result = isolated(outputs_kept, 300)
+    assert result["shape"] == [16, 10]
+    found = finding(result["summary"], "retained_graph")
+    assert found["location"].startswith("outputs in outputs_kept()")
+    assert "out.detach()" in found["recommendation"] and "out.item()" not in found["recommendation"]
+
+
+# --- a short or slow run: the last look at finish() ------------------------------------------------------
+
+def slow_running_total(steps: int, keep_graph: bool) -> dict:
+    """A small model whose loop adds every step's loss to a running total: with its graph (`total += loss`,
+    a few KiB a step: too slow to raise a suspicion in 1200 steps) or as a number (`loss.item()`)."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 16), torch.randn(32, 1)
+    total_loss = 0
+    with LeakDoctor(model=model, optimizer=optimizer, verbose=False) as doctor:
+        for _ in range(steps):
+            loss = F.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total_loss += loss if keep_graph else loss.item()  # the slow total
+            doctor.step()
+    return doctor.summary.to_dict()
+
+
+def test_a_slow_running_total_with_its_graph_is_reported_at_its_line_at_least_minor():
+    summary = isolated(slow_running_total, 1200, True)
+    found = finding(summary, "retained_graph")
+    line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1)
+                if text.rstrip().endswith("# the slow total"))
+    assert found["location"] == f"total_loss in slow_running_total() (tests/test_torch.py:{line})", found
+    assert found["state"] in ("minor", "leak") and found["severity"] in ("minor", "major"), found
+    clean = isolated(slow_running_total, 1200, False)
+    assert clean["verdict"] == "clean" and kept(clean) == [], clean["findings"]

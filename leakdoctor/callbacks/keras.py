@@ -22,6 +22,12 @@ join the history as findings of that call, their rates per call. A fit cannot te
 when it ends (the first fit's one-time caches) from a leak: a fit's finding named only by its rate, which
 no later fit repeats (LATER_FITS of them watched), is withdrawn, with the reason.
 
+The summary counts in one clock, training batches (on_batches): its steps are the batches of every fit,
+each call marked in `calls`; the fits' findings stand at their batches (after those of the fits before),
+the across-calls findings at the batches of the calls where they began and were found, with rates per
+batch (a call's growth spread over the batches since), and the table is the fits' batch readings with a
+reading at the end of each call. A run that trained no batch (predict in a loop) counts its calls.
+
 At each epoch end the fit's latest readings go into `logs` as `<log_prefix>/<metric>`, so CSVLogger,
 TensorBoard and History record them: list LeakDoctorCallback before them. At the end of every fit the
 cumulative summary is written to `summary_path` (atomically), and one line about the fit is printed if
@@ -55,9 +61,12 @@ as "warn" within fits too, and the notes say why.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import numpy as np
 
 from leakdoctor import doctor
 from leakdoctor import options as doctor_options
@@ -67,7 +76,9 @@ from leakdoctor.lifecycle import stopping, termination
 from leakdoctor.lifecycle.guard import Guard
 from leakdoctor.reporting import ranks, report
 from leakdoctor.reporting.exporter import Publisher
-from leakdoctor.reporting.summary import Finding, Summary, format_value
+from leakdoctor.judging.detect import theil_sen
+from leakdoctor.judging.stopped import thinned
+from leakdoctor.reporting.summary import Finding, SeriesSummary, Summary
 from leakdoctor.settings import DoctorOptions, documented, reject_unknown
 
 #: Keras backends an extra of leakdoctor installs, with that extra.
@@ -124,6 +135,8 @@ else:
 CALL_DEFAULTS: Mapping[str, int] = {"warmup": 3, "window": 1, "investigate_steps": 4, "verify_windows": 6,
                                     "horizon": 10_000}
 _KINDS = {"train": "fit", "test": "evaluate", "predict": "predict"}
+#: The points a series of the summary keeps (as reading/series.py's history).
+HISTORY = 1024
 #: Options for the across-calls doctor alone: it writes, plots and serves the callback's one summary.
 _RUN_ONLY = ("summary_path", "plot_path", "prometheus_port", "prometheus_host", "prometheus_linger",
              "prometheus_pushgateway")
@@ -142,8 +155,9 @@ class KerasDoctor(doctor.LeakDoctor):
 
     def __init__(self, calls: keras_integration.Calls, label: str, model: Any = None, without: tuple[str, ...] = (),
                  publisher: Publisher | None = None, record: _Record | None = None,
-                 agree: stopping.Agree | None = None, **options: Any) -> None:
+                 agree: stopping.Agree | None = None, offset: int = 0, **options: Any) -> None:
         self.label, self._without, self._feed, self._record, self._agree = label, without, publisher, record, agree
+        self.offset = offset  # a fit's doctor: the training batches before its fit (its live lines count on)
         parts: list[Integration] = [keras_integration.integration(calls),
                                     *keras_integration.backend_integrations(model)]
         super().__init__(integrations=[*parts, *options.pop("integrations", ())], **options)
@@ -192,7 +206,21 @@ class KerasDoctor(doctor.LeakDoctor):
             super()._emit(summary)
 
     def _say(self, message: str) -> None:
-        super()._say(f"{self.label}, {message}")
+        super()._say(f"{self.label}, {self._on_batches(message)}")
+
+    def _on_batches(self, message: str) -> str:
+        """A live line on the run's one clock, training batches: 'step 64: ...' of a fit's doctor is its
+        batch plus the batches before its fit; of the across-calls doctor, the batches at the end of that
+        call, with the call marked ('step 480 (call 3): ...'). A run that trained no batch counts calls."""
+        head, colon, rest = message.partition(": ")
+        number = head.removeprefix("step ")
+        if not colon or not head.startswith("step ") or not number.isdigit():
+            return message
+        if self._record is None:
+            return f"step {self.offset + int(number)}: {rest}"
+        if not self._record.batches:
+            return message
+        return f"step {self._record.at(int(number))} (call {number}): {rest}"
 
 
 @dataclasses.dataclass
@@ -202,6 +230,7 @@ class _Fit:
 
     number: int
     doctor: KerasDoctor | None
+    offset: int = 0  # the training batches of the run before this fit: its batch b is the run's step offset + b
     pending: bool = False  # a batch began and its step is not taken yet
     findings: list[Finding] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
@@ -210,17 +239,25 @@ class _Fit:
     stopped: dict[str, Any] | None = None
     stopped_by: dict[str, Any] | None = None
     oom: dict[str, Any] | None = None
+    series: dict[str, SeriesSummary] = dataclasses.field(default_factory=dict)  # its batches' (the table's)
+    warmup: int = 0  # its doctor's warm-up, in batches
 
     @classmethod
-    def ended(cls, number: int, label: str, summary: Summary) -> "_Fit":
-        return cls(number, None, findings=[per_call(f, number, summary.steps, label) for f in summary.findings],
+    def ended(cls, number: int, label: str, summary: Summary, offset: int) -> "_Fit":
+        return cls(number, None, offset,
+                   findings=[per_batch(f, number, offset, summary.steps, label) for f in summary.findings],
                    notes=[f"{label}: {note}" for note in summary.notes],
                    errors=[{**e, "part": f"{label}: {e['part']}"} for e in summary.errors],
                    probe_seconds=summary.overhead.get("probe_seconds", 0.0),
-                   stopped=summary.stopped and {**summary.stopped, "step": number, "batch": summary.stopped["step"],
+                   stopped=summary.stopped and {**summary.stopped, "step": offset + summary.stopped["step"],
+                                                "call": number, "batch": summary.stopped["step"],
                                                 "reason": f"{label}: {summary.stopped['reason']}"},
-                   stopped_by=summary.stopped_by and on_calls(summary.stopped_by, number, label),
-                   oom=summary.oom and {**summary.oom, "step": number, "batch": summary.oom["step"]})
+                   stopped_by=summary.stopped_by and on_calls(summary.stopped_by, number, offset, label),
+                   oom=summary.oom and {**summary.oom, "step": offset + summary.oom["step"], "call": number,
+                                        "batch": summary.oom["step"]},
+                   series={name: dataclasses.replace(s, points=[(offset + step, v) for step, v in s.points])
+                           for name, s in summary.series.items()} if summary.steps else {},
+                   warmup=int(summary.settings.get("warmup") or 0))
 
     def take_step(self) -> bool:
         """The pending batch's step, if one is pending; True when the fit's doctor wants the fit stopped."""
@@ -246,6 +283,25 @@ class _Record:
     batches: int = 0
     watched: list[int] = dataclasses.field(default_factory=list)  # fits whose batches were watched for a verdict
     fit_probe_seconds: float = 0.0
+    #: per call that ended (the across-calls doctor's steps): its kind, and the training batches at its end
+    kinds: list[str] = dataclasses.field(default_factory=list)
+    ends: list[int] = dataclasses.field(default_factory=list)
+
+    def call_ended(self, kind: str) -> None:
+        """Mark a call's end on the clock of batches (before the across-calls doctor steps for it)."""
+        self.kinds.append(kind)
+        self.ends.append(self.batches)
+
+    def at(self, call: int) -> int:
+        """The run's step (training batches so far) at the end of call `call` (1-based)."""
+        if call < 1 or not self.ends:
+            return 0
+        return self.ends[min(call, len(self.ends)) - 1] if call <= len(self.ends) else self.batches
+
+    def marks(self) -> list[dict[str, Any]]:
+        """Each call that ended, on the clock of batches: {"call", "kind", "first_step", "last_step"}."""
+        return [{"call": n, "kind": kind, "first_step": min(self.at(n - 1) + 1, self.at(n)), "last_step": self.at(n)}
+                for n, kind in enumerate(self.kinds, 1)]
 
     def end_fit(self, exception: BaseException | None = None) -> Summary | None:
         """Finish the current fit's doctor, keep what the cumulative summary needs of it, and return its
@@ -257,10 +313,9 @@ class _Record:
         batches = fit.doctor.finish(exception)
         if batches.unwatched is None:
             self.watched.append(fit.number)
-        ended = _Fit.ended(fit.number, fit.doctor.label, batches)
+        ended = _Fit.ended(fit.number, fit.doctor.label, batches, fit.offset)
         self.fit_probe_seconds += ended.probe_seconds
-        if ended.findings or ended.notes or ended.errors or ended.stopped or ended.oom:  # a clean fit leaves nothing
-            self.fits.append(dataclasses.replace(ended, probe_seconds=0.0))
+        self.fits.append(dataclasses.replace(ended, probe_seconds=0.0))  # its batches are the table's
         return batches
 
     def abandon(self, call: int, exception: BaseException | None = None) -> None:
@@ -273,15 +328,19 @@ class _Record:
             self.end_fit(exception)
 
     def cumulative(self, calls: Summary) -> Summary:
-        """The across-calls summary `calls`, with the findings of every fit's batches on the clock of calls."""
+        """The across-calls summary `calls` on the run's one clock, with the findings of every fit's batches:
+        where the run trained, its steps are the training batches of every fit (the calls marked in `calls`;
+        the across-calls series, findings and projection mapped onto them, rates per batch), else its calls."""
+        running = self.fit
+        batches = running.doctor.summary if running and running.doctor else None
+        now = [_Fit.ended(running.number, running.doctor.label, batches, running.offset)] if running and batches else []
+        if self.batches:
+            calls = on_batches(calls, self, self.fits + now)
         findings = list(calls.findings)
         keys = {f.key for f in findings}
         notes = list(calls.notes) + self.notes
         errors = list(calls.errors) + [{"part": "callback " + e["part"], "error": e["error"]} for e in self.guard.errors]
         probe_seconds = calls.overhead.get("probe_seconds", 0.0) + self.fit_probe_seconds
-        running = self.fit
-        batches = running.doctor.summary if running and running.doctor else None
-        now = [_Fit.ended(running.number, running.doctor.label, batches)] if running and batches else []
         for fit in self.fits + now:
             for finding in fit.findings:
                 if finding.key not in keys:
@@ -293,9 +352,14 @@ class _Record:
         total = calls.overhead.get("step_seconds", 0.0)
         overhead = {**calls.overhead, "probe_seconds": probe_seconds,
                     "fraction_of_step_time": probe_seconds / total if total else 0.0}
-        notes.insert(0, f"steps are fit/evaluate/predict calls ({_count(calls.steps, 'call')}, "
-                        f"{_count(self.batches, 'training batch')}); the series hold one reading at the end of "
-                        f"each call")
+        if self.batches:
+            notes.insert(0, f"steps are training batches ({_count(len(self.ends), 'call')}, "
+                            f"{_count(self.batches, 'training batch')}), each call marked in `calls`; the series "
+                            f"hold one reading at the end of each call")
+        else:
+            notes.insert(0, f"steps are fit/evaluate/predict calls ({_count(calls.steps, 'call')}, "
+                            f"{_count(self.batches, 'training batch')}); the series hold one reading at the end of "
+                            f"each call")
         fits = self.fits + now
         ender = next((fit for fit in fits if fit.stopped), None)
         stopped, by = (ender.stopped, ender.stopped_by) if ender else (calls.stopped, calls.stopped_by)
@@ -453,7 +517,8 @@ class LeakDoctorCallback(keras.callbacks.Callback):
             if options.get("on_limit") == "stop":
                 options["checkpoint"] = self._saver(number, options.get("checkpoint"))
             record.fit = _Fit(number, KerasDoctor(record.calls, label, self._model, publisher=self._fit_publisher,
-                                                  agree=self._agree, **options))
+                                                  agree=self._agree, offset=record.batches, **options),
+                              offset=record.batches)
 
     def _end(self, kind: str) -> None:
         record = self._record
@@ -465,6 +530,7 @@ class LeakDoctorCallback(keras.callbacks.Callback):
         label = record.fit.doctor.label if record.fit and record.fit.doctor else ""
         batches = record.end_fit()
         record.calls.end(self._model)
+        record.call_ended(_KINDS[kind])
         self.doctor.step()
         self._model = None  # the callback keeps no model alive between calls
         if kind != "train":
@@ -533,27 +599,103 @@ def fit_line(label: str, batches: Summary) -> str:
     return f"leakdoctor: {label}: {_count(batches.steps, 'training batch')}, {batches.verdict}: {found}"
 
 
-def on_calls(by: dict[str, Any], call: int, label: str) -> dict[str, Any]:
-    """A fit's `stopped_by` on the clock of calls, as its `stopped`: the call, and the batch the process asked
-    at (None where this process does not know it: another asked)."""
+def on_calls(by: dict[str, Any], call: int, offset: int, label: str) -> dict[str, Any]:
+    """A fit's `stopped_by` on the run's clock, as its `stopped`: the step (the batches before the fit plus
+    the fit's batch), the call, and the batch the process asked at (None where this process does not know
+    it: another asked)."""
     asked = by.get("step") is not None
-    return {**by, "step": call if asked else None, "batch": by.get("step"),
+    return {**by, "step": offset + by["step"] if asked else None, "call": call, "batch": by.get("step"),
             "reason": f"{label}: {by['reason']}" if by.get("reason") else by.get("reason")}
 
 
-def per_call(finding: Finding, call: int, batches: int, label: str) -> Finding:
-    """A finding of one fit's batches on the clock of calls: at that call, its rates per call (per batch
-    times the fit's batches), the batch detail kept in the evidence."""
-    def scale(rate: float | None) -> float | None:
-        return None if rate is None else rate * batches
-
-    remedy = finding.remedy and dataclasses.replace(finding.remedy, applied_step=call, rate_after=scale(finding.remedy.rate_after))
-    interval = finding.rate_interval and (finding.rate_interval[0] * batches, finding.rate_interval[1] * batches)
+def per_batch(finding: Finding, call: int, offset: int, batches: int, label: str) -> Finding:
+    """A finding of one fit's batches on the run's clock of training batches: its steps moved on by the
+    batches before the fit (`offset`), its rates per batch as they are, the call named in the evidence."""
+    remedy = finding.remedy and dataclasses.replace(finding.remedy, applied_step=offset + finding.remedy.applied_step)
+    proof = [{**p, "points": [[offset + step, value] for step, value in p.get("points", [])]} for p in finding.proof]
     return dataclasses.replace(
-        finding, first_step=call, detected_step=call, rate_per_step=finding.rate_per_step * batches,
-        detected_rate=scale(finding.detected_rate), rate_interval=interval, remedy=remedy,
-        evidence=f"within {label} ({batches} batches; from batch {finding.first_step}, "
-                 f"{format_value(finding.rate_per_step, finding.unit)} per batch): {finding.evidence}")
+        finding, first_step=offset + finding.first_step, detected_step=offset + finding.detected_step, remedy=remedy,
+        proof=proof,
+        evidence=f"within {label} ({batches} batches; steps {offset + 1}-{offset + batches}, from its batch "
+                 f"{finding.first_step}): {finding.evidence}")
+
+
+def on_batches(calls: Summary, record: _Record, fits: list[_Fit]) -> Summary:
+    """The across-calls doctor's summary on the clock of training batches: its steps the run's batches, each
+    call marked (`calls`); its series' readings (one at the end of each call) at the batches then, their
+    slopes per batch; its findings from the first batch of the call where the growth began, at the batches
+    where it was found, their rates per batch (a call's growth over the batches of the calls since, so that
+    a rate times the steps is the growth the table shows); the projected limit step likewise."""
+    whole = len(record.ends) / record.batches  # calls per batch over the run
+
+    def per(since_call: int) -> float:
+        batches = record.batches - record.at(since_call - 1)
+        return (len(record.ends) - since_call + 1) / batches if batches > 0 and since_call >= 1 else whole
+
+    def scaled(rate: float | None, factor: float) -> float | None:
+        return None if rate is None else rate * factor
+
+    series = {name: dataclasses.replace(s, slope_per_step=s.slope_per_step * whole,
+                                        points=[(record.at(step), value) for step, value in s.points])
+              for name, s in calls.series.items()}
+    judged_on_calls = len(record.ends) >= CALLS_JUDGED
+    for name in dict.fromkeys([*series, *(n for fit in fits for n in fit.series)]):
+        having = [fit for fit in fits if name in fit.series]
+        since = having[0].offset + having[0].warmup if having else 0
+        series[name] = _one_series(series.get(name), [fit.series[name] for fit in having], since, judged_on_calls)
+    findings = []
+    for f in calls.findings:
+        factor = per(f.first_step)
+        remedy = f.remedy and dataclasses.replace(f.remedy, applied_step=record.at(f.remedy.applied_step),
+                                                  rate_after=scaled(f.remedy.rate_after, per(f.remedy.applied_step)))
+        findings.append(dataclasses.replace(
+            f, first_step=record.at(f.first_step - 1) + 1, detected_step=record.at(f.detected_step),
+            rate_per_step=f.rate_per_step * factor, detected_rate=scaled(f.detected_rate, factor),
+            rate_interval=f.rate_interval and (f.rate_interval[0] * factor, f.rate_interval[1] * factor),
+            proof=[{**p, "points": [[record.at(step), value] for step, value in p.get("points", [])]} for p in f.proof],
+            supporting=[{**o, "rate_per_step": scaled(o.get("rate_per_step"), factor),
+                         "first_step": record.at(o["first_step"] - 1) + 1 if o.get("first_step") else o.get("first_step"),
+                         "detected_step": record.at(o["detected_step"]) if o.get("detected_step") else o.get("detected_step")}
+                        for o in f.supporting],
+            remedy=remedy))
+    projected = calls.projected_limit_step
+    if projected is not None:
+        projected = record.batches + round((projected - len(record.ends)) / whole)
+    oom = calls.oom and {**calls.oom, "step": record.at(calls.oom["step"]), "call": calls.oom["step"]} \
+        if calls.oom and isinstance(calls.oom.get("step"), int) else calls.oom
+    return dataclasses.replace(calls, steps=record.batches, series=series, findings=findings,
+                               projected_limit_step=projected, oom=oom, calls=record.marks())
+
+
+#: Calls from which the across-calls series judge a trend (its warm-up and two windows of CALL_DEFAULTS);
+#: before, the trend of the table is the longest fit's, over its batches.
+CALLS_JUDGED = 6
+
+
+def _one_series(calls: SeriesSummary | None, fits: list[SeriesSummary], since: int,
+                judged_on_calls: bool) -> SeriesSummary:
+    """One metric on the clock of batches: every fit's batch readings and the readings at each call's end,
+    in step order (at most 1024 points, evenly decimated); from the first fit's first reading after its
+    warm-up (`since`: the step it ends at; else the calls'), to the last; the slope per batch over the
+    readings after it (a Theil–Sen fit
+    of at most FIT_POINTS); the trend of the calls once they are enough to judge one, else the longest fit's.
+    A time per step is the fits' alone (a call's time is not a batch's)."""
+    timed = calls is not None and calls.unit == "seconds" and fits  # a call's time is no batch's: not mixed
+    parts = [*fits, *([calls] if calls is not None and not timed else [])]
+    points = sorted({step: value for part in parts for step, value in part.points}.items())
+    if len(points) > HISTORY:
+        points = points[::math.ceil(len(points) / HISTORY)] + [points[-1]]
+    base = fits[0] if fits else calls
+    assert base is not None
+    steps = np.asarray([p for p, _ in points if p > since], dtype=float)
+    values = np.asarray([v for p, v in points if p > since], dtype=float)
+    slope = theil_sen(*thinned(steps, values))[0] if len(values) >= 2 else 0.0
+    judge = calls if judged_on_calls and calls is not None and not timed else \
+        max(fits, key=lambda f: len(f.points)) if fits else calls
+    assert judge is not None
+    return SeriesSummary(base.unit, base.start, points[-1][1] if points else base.end,
+                         max(part.peak for part in parts), float(slope), judge.trend, [tuple(p) for p in points],
+                         judge.slow)
 
 
 #: Later fits, watched, that must not show a growth found within one fit for it to be that fit's alone.

@@ -121,3 +121,6 @@ class Integration:
     cleanups: list[Cleanup] = field(default_factory=list)
     rules: list[Rule] = field(default_factory=list)
     targets: dict[str, Any] = field(default_factory=dict)
+    #: At finish(), where a series grew and no finding explains it (judging/last_look.py): one bounded
+    #: look at what is alive now, given the steps after warm-up; the findings of a cause it proves.
+    last_looks: list[Callable[[int], list[Any]]] = field(default_factory=list)

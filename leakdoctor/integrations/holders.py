@@ -289,3 +289,26 @@ def _enterable(obj: Any) -> bool:
         return True
     return gc.is_tracked(obj) and not (inspect.isclass(obj) or inspect.ismodule(obj) or inspect.isroutine(obj)
                                        or inspect.isframe(obj) or inspect.iscode(obj) or isinstance(obj, weakref.ref))
+
+
+def keep_instead(value: str, sample: Any = None) -> str:
+    """What to keep instead of `value` (the code the user stores), a tensor with its autograd graph, as a fix
+    text: `value.item()` only for a one-element tensor (it raises on a larger one); for a larger one
+    `value.detach()` or a summary statistic; where no kept tensor could be read (`sample` None), both with
+    the condition. `sample` is one of the kept tensors (any framework's: it has `numel()` or `size`)."""
+    elements = _elements(sample)
+    if elements == 1:
+        return f"{value}.detach() or {value}.item()"
+    if elements is not None:
+        return f"{value}.detach() (or a summary of it, such as {value}.mean().item())"
+    return f"{value}.detach() or {value}.item() (where it is a single number)"
+
+
+def _elements(sample: Any) -> int | None:
+    """The number of elements of a tensor or array (torch's numel(), NumPy's and JAX's size); None if unknown."""
+    try:
+        numel = getattr(sample, "numel", None)
+        count = numel() if callable(numel) else getattr(sample, "size", None)
+        return int(count) if isinstance(count, int) or hasattr(count, "__index__") else None
+    except Exception:  # a broken object's attributes must not break the diagnosis
+        return None

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from leakdoctor.integrations import Cleanup, Integration, MetricSpec, heap
-from leakdoctor.integrations.holders import CONTAINERS, Holder
+from leakdoctor.integrations.holders import CONTAINERS, Holder, keep_instead
 from leakdoctor.integrations.source import (class_region, code_location, is_engine, is_user_file, short_path,
                                             storing_line, storing_near)
 from leakdoctor.judging.detect import is_material
@@ -434,6 +434,7 @@ def _retained(ev: Evidence, watchlist: Watchlist, metric: str, location: str | N
     integration saw them first): retained_graph, with the container as the holder detach_retained acts on."""
     watched = watchlist.watched(metric)
     name = watched.name if watched else metric
+    sample = next((i for i in reversed(items) if _has_graph(i)), None)
     subject = []
     if watched is not None:
         region = class_region(watched.owner) if watched.owner else None
@@ -442,7 +443,7 @@ def _retained(ev: Evidence, watchlist: Watchlist, metric: str, location: str | N
     return ev.finding(
         "retained_graph", metric, location=location, explains=explains, subject=subject,
         evidence=f"{evidence}; its new items are tensors with grad_fn, each keeping its step's autograd graph",
-        recommendation=f"{stores}: store loss.detach() or loss.item() in {name}, not the tensor with its autograd "
+        recommendation=f"{stores}: store {keep_instead('loss', sample)} in {name}, not the tensor with its autograd "
                        f"graph (or compute it under torch.no_grad()), and clear {name} once it is used"
                        + _detach_note(ev, bool(subject)),
     )

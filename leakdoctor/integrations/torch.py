@@ -23,7 +23,7 @@ from leakdoctor.integrations.pages import ItemPages
 from leakdoctor.integrations.process import GROWN, NEW, Throttled
 from leakdoctor.integrations.python import step_time_note
 from leakdoctor.integrations.source import caller_frame, code_location, is_user_file, short_path, stored_attributes
-from leakdoctor.integrations.torch_graphs import TensorCensus, kept_tensors_rule, retained_rule
+from leakdoctor.integrations.torch_graphs import TensorCensus, kept_tensors_rule, last_look, retained_rule
 from leakdoctor.judging.evidence import Evidence, Rule
 from leakdoctor.reporting.summary import Finding, format_value
 
@@ -563,10 +563,12 @@ def integration(model: Any = None, optimizer: Any = None) -> Integration:
     rules += [device_rule(p.name) for p in devices]
     if model is not None:
         rules.append(hooks_rule(model_ref))
+    roots = lambda: [m for m in (model_ref(),) if m is not None]  # noqa: E731
     return Integration(
         name="torch",
         probes=devices + [copied] + ([HookCount(model)] if model is not None else []),
-        forensics=[TensorCensus(torch.Tensor, lambda: [m for m in (model_ref(),) if m is not None])],
+        forensics=[TensorCensus(torch.Tensor, roots)],
+        last_looks=[last_look(torch.Tensor, roots)],
         cleanups=[Cleanup("clear_cache", empty_caches(torch))] if devices else [],
         rules=rules,
         targets={k: v for k, v in (("model", model), ("optimizer", optimizer)) if v is not None},

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from leakdoctor.integrations.holders import CONTAINERS, Holder, find_holders, live_instances
+from leakdoctor.integrations.holders import CONTAINERS, Holder, find_holders, keep_instead, live_instances
 from leakdoctor.integrations.python import new_items
 from leakdoctor.judging.evidence import RSS, Evidence, Rule
 from leakdoctor.reporting.summary import Finding, format_value
@@ -37,6 +37,8 @@ class Retained:
     holders: list[Holder]
     #: who holds the tensors without a graph gained in the window (a dict of input batches), most first
     data_holders: list[Holder] = field(default_factory=list)
+    #: autograd nodes alive at the window's start (its end: graph_start + graph_growth)
+    graph_start: int = 0
 
     @property
     def retained(self) -> bool:
@@ -131,8 +133,8 @@ class TensorCensus:
             holders = find_holders([biggest], self._roots(), frame)
         stored = [t for group, t in keyed if not group[1] and group in gained and not self._is_old(t)][-SAMPLE:]
         data_holders = find_holders(stored, self._roots(), frame) if stored else []
-        self._before, self._old = Counter(), {}
-        return Retained(steps, groups, growth, holders, data_holders)
+        start, self._before, self._old = self._graph, Counter(), {}
+        return Retained(steps, groups, growth, holders, data_holders, start)
 
     def _is_old(self, t: Any) -> bool:
         ref = self._old.get(id(t))
@@ -178,11 +180,12 @@ def retained_rule() -> Rule:
         name = holder.path if holder else "the kept tensors"
         kept = holder.get() if holder else None
         value = (holder.stored() if holder else None) or "loss"
+        instead = keep_instead(value, _newest_with_graph(kept))
         if holder is None or isinstance(kept, CONTAINERS):
-            advice = (f"store {value}.detach() or {value}.item() in {name}, not the tensor with its autograd graph "
+            advice = (f"store {instead} in {name}, not the tensor with its autograd graph "
                       f"(or compute it under torch.no_grad()), and clear {name} once it is used")
         else:
-            advice = (f"add {value}.detach() or {value}.item() to {name}, not the tensor with its autograd graph (or "
+            advice = (f"add {instead} to {name}, not the tensor with its autograd graph (or "
                       f"compute it under torch.no_grad())")
         advice = _what_is_kept(holder, kept) + advice + _remedy_note(ev, census.holders)
         growth = "; ".join(_describe(ev, m, census) for m in dict.fromkeys([metric, *containers]))
@@ -191,6 +194,9 @@ def retained_rule() -> Rule:
             explains=tuple(dict.fromkeys([metric, *containers, *([memory] if memory else []), *twin])),
             subject=census.holders, evidence=f"{growth}; {census.describe()}",
             recommendation=advice)
+        if census.graph_growth > 0:  # the nodes it counted: the proof no series of the run holds
+            found.proof = [{"name": "autograd nodes", "unit": "count", "points": [
+                [ev.start_step, census.graph_start], [ev.end_step, census.graph_start + census.graph_growth]]}]
         if metric == memory and not ev.growing(memory):  # its series shows no growth yet: the graphs' bytes
             found.rate_per_step = census.graph_bytes / census.steps
         if chained and not ev.survives(RSS):  # what the ladders saw it keep, not a growth a rung took back
@@ -261,6 +267,14 @@ def _what_is_stored(holder: Holder, kept: Any) -> str:
     return f"the {type(kept).__name__} {holder.path} stores tensors {group_of(newest[-1])[0]}: "
 
 
+def _newest_with_graph(kept: Any) -> Any:
+    """The newest tensor with an autograd graph that `kept` holds (a container's item, or the held tensor
+    itself: a running total); None if none can be read."""
+    if isinstance(kept, CONTAINERS):
+        return next((t for t in reversed(new_items(kept, 8)) if getattr(t, "grad_fn", None) is not None), None)
+    return kept if getattr(kept, "grad_fn", None) is not None else None
+
+
 def _what_is_kept(holder: Holder | None, kept: Any) -> str:
     """'the list Model.step_losses stores tensors with grad_fn (...): ': what the code keeps, where known."""
     if holder is None:
@@ -312,3 +326,57 @@ def _grows(ev: Evidence, metric: str) -> bool:
     may hold too few windows for a trend when a fast leak is investigated early)."""
     trend = ev.trends.get(metric)
     return metric in ev.confirmed or bool(trend and trend.growing) or ev.growth(metric) >= ev.steps
+
+
+# --- the last look at finish() ------------------------------------------------------------------------
+
+#: A running total's chain proves itself when it has at least this many nodes of its kind in a row, and one
+#: for every other step of the run: a model's own graph has a few nodes of a kind in a row, a total kept
+#: with its graph (`total_loss += loss`) one a step.
+MIN_CHAIN = 32
+
+
+def chain_length(node: Any, limit: int) -> int:
+    """Nodes of the root's kind that follow one another from it (AddBackward0 after AddBackward0: a total
+    that adds each step's loss to the last total), at most `limit`."""
+    name, count = node.name(), 0
+    while node is not None and count < limit:
+        count += 1
+        node = next((fn for fn, _ in node.next_functions if fn is not None and fn.name() == name), None)
+    return count
+
+
+def last_look(tensor_type: type, roots: Callable[[], list[Any]]) -> Callable[[int], list[Finding]]:
+    """The census's proof in one snapshot, for finish() (judging/last_look.py): a tensor whose graph chains
+    a node of one kind for every other step of the run, or a container holding a tensor with its graph for
+    every other step, held by a named place of the user's program: retained_graph at the line that stores
+    into it. A clean loop holds the last step's loss and outputs: neither."""
+
+    def look(steps: int) -> list[Finding]:
+        needed = max(MIN_CHAIN, steps // 2)
+        grad = [t for t in live_instances(tensor_type) if getattr(t, "grad_fn", None) is not None]
+        if len(grad) >= needed:  # enough tensors with graphs alive for one container to keep one a step
+            listed = [h for h in find_holders(grad, roots(), sys._getframe(1))
+                      if isinstance(h.get(), CONTAINERS) and h.count >= needed]
+        else:
+            listed = []
+        chained = [t for t in grad if chain_length(t.grad_fn, needed) >= needed]
+        holders = listed or (find_holders(chained, roots(), sys._getframe(1)) if chained else [])
+        if not holders:
+            return []
+        holder = holders[0]
+        kept = holder.get()
+        sample = _newest_with_graph(kept)
+        nodes = graph_nodes([sample]) if sample is not None else 0
+        instead = keep_instead(holder.stored() or "loss", sample)
+        what = (f"{holder.count} tensors with grad_fn in {holder.name}" if isinstance(kept, CONTAINERS) else
+                f"{holder.name} holds a tensor whose autograd graph chains {nodes} nodes, about one a step")
+        return [Finding(
+            "retained_graph", RSS, first_step=0, detected_step=0, rate_per_step=0.0, unit="bytes",
+            location=holder.location(), subject=holders,
+            evidence=f"at the end of the run, {what} (a look at what was alive when it ended: the growth was too "
+                     f"slow or too short to raise a suspicion)",
+            recommendation=_what_is_kept(holder, kept) + f"store {instead} in {holder.path}, not the tensor with its "
+                           f"autograd graph (or compute it under torch.no_grad())")]
+
+    return look

@@ -34,8 +34,9 @@ def thinned(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def whole_fit(series: Any, settings: Settings, since: int,
               until: int | None = None) -> tuple[float, float, float] | None:
     """Theil–Sen slope and interval of the history in (since, until], where it holds at least two
-    windows (fewer: None, and the rate measured at the time stands)."""
-    steps, values = series.history(since=since, until=until)
+    windows (fewer: None, and the rate measured at the time stands). Never from before the warm-up ends:
+    what the warm-up builds (a Keras fit's model, a first compile) is no slope."""
+    steps, values = series.history(since=max(since, settings.warmup), until=until)
     if len(values) < 2 * settings.window:
         return None
     return theil_sen(*thinned(steps, values))

@@ -6,8 +6,13 @@ anything back into detection. Only a threat counts: a leak (not benign) with no 
 none still being verified, material over the horizon, still growing since it was found, and projected
 to reach the limit of a metric it explains. A clean run has no such finding, so it is never stopped.
 
-"warn" warns once the limit is projected within the horizon, again each time the steps left have
-fallen to a quarter, and at the margin. The margin (`limit_margin`) is how close to the limit the run
+"warn" warns once the limit is projected within the horizon for a confirmed finding, again each time the steps left have
+fallen to a quarter, and at the margin. A
+finding is confirmed once the growth has been read long enough after its detection for the summary's own
+judgement (judging/stopped.py) to keep it; until then it is a suspicion, which the live "suspected" line
+announces, and it is warned about early only where the limit would come before it could be confirmed (a
+bounded cache filling is a suspicion that the summary withdraws: announcing it as a leak that reaches the
+limit told the user two stories). The margin (`limit_margin`) is how close to the limit the run
 may come: a number of steps, or a fraction of the steps run so far. The default, 0.1, gives up at most
 a tenth of the run (it stops that much before it would have died) for a projection that reaches no
 further ahead than a tenth of the steps seen so far, short enough that a steady leak does not outrun
@@ -33,6 +38,7 @@ from collections import deque
 from typing import Any, Callable
 
 from leakdoctor.judging.detect import is_material
+from leakdoctor.judging.stopped import stopped
 from leakdoctor.lifecycle.guard import Guard, warn
 from leakdoctor.reading.monitor import Monitor
 from leakdoctor.reporting import report
@@ -83,6 +89,8 @@ class LimitWatch:
                 return  # nothing due now, and the others are farther
             if not still_growing(monitor, threat):
                 continue
+            if left > margin and not self._confirmed(threat.finding, monitor, step, left, margin):
+                continue  # a suspicion: its line said so; it is warned about once confirmed
             if left <= margin:
                 self._acted = True
                 self._act(threat, step, margin, summary)
@@ -111,6 +119,18 @@ class LimitWatch:
                 f"({format_value(projection.limit, 'bytes')}{source}) at step {projection.step}, in "
                 f"{projection.step - step} steps: {finding.cause} leak of "
                 f"{format_value(projection.rate, 'bytes')}/step{where}, not remedied")
+
+    def _confirmed(self, finding: Finding, monitor: Monitor, step: int, left: int, margin: int) -> bool:
+        """May this finding be warned about before the margin? Once confirmed (`confirmed`) and read for
+        at least 1/REACH of the steps its projection reaches ahead; or, while not yet, when the limit would
+        come first: the windows it still needs, at `window` steps each, reach past the margin."""
+        steps, _ = monitor.series[finding.metric].minima(0, finding.detected_step)
+        missing = CONFIRM_WINDOWS * self.settings.verify_windows - len(steps)
+        if missing > 0:
+            return missing * self.settings.window >= left - margin
+        if left > REACH * (step - finding.first_step):
+            return False  # read too briefly to say where it goes: a cache may yet fill
+        return confirmed(finding, monitor, self.settings)
 
     def _material(self, projection: report.Projection, monitor: Monitor) -> bool:
         spec = monitor.series[projection.metric].spec
@@ -222,6 +242,28 @@ class SharedLimitWatch(LimitWatch):
         self._acted = self.should_stop = True
         warn(f"leakdoctor: {reason}: every rank stops at step {step}"
              + (f"; checkpoint: {checkpoint}" if checkpoint else ""))
+
+
+#: The windows (in verify_windows) read after detection that confirm a finding: those judging/stopped.py needs
+#: to tell a growth that goes on from one that stopped by itself.
+CONFIRM_WINDOWS = 2
+#: How far ahead of the growth it has read a warning may project: ten times the steps the growth lasted. A
+#: bounded cache fills steadily for a few hundred steps (an lru_cache of 256 kB values), which projected
+#: to the limit 95,000 steps on made a warning that the summary then withdrew; a leak still growing when it
+#: has lasted a tenth of the way is warned about then (and one near the limit at once, as above).
+REACH = 10
+
+
+def confirmed(finding: Finding, monitor: Monitor, settings: Settings) -> bool:
+    """Is a finding confirmed: read for CONFIRM_WINDOWS * verify_windows windows since its detection, and
+    not a growth that stopped by itself (what the summary would withdraw)? A proven cause on resident memory
+    stays confirmed (the heap it reuses can level off while the cause goes on), as the summary keeps it."""
+    steps, _ = monitor.series[finding.metric].minima(0, finding.detected_step)
+    if len(steps) < CONFIRM_WINDOWS * settings.verify_windows:
+        return False
+    if report.proven(finding) and finding.metric == report.RESIDENT:
+        return True
+    return not stopped(finding, monitor, settings)
 
 
 def still_growing(monitor: Monitor, projection: report.Projection) -> bool:

@@ -1,5 +1,6 @@
 """A PNG of a run (the [plot] extra: matplotlib): resident memory, then one panel per growing series
-or series a finding is on, with the warm-up, each growth's onset and detection and each remedy marked
+and per series that proved a finding (its metric, and the hooks, compiles, live arrays or container length
+it explains), with the warm-up, each growth's onset and detection, each remedy and the stop marked
 and named in a legend beside the panel, so nothing is hidden behind the data or another mark. Axes read
 in steps and in human units (MiB/GiB, ms/s), never in offset notation; the title says the verdict and
 the steps.
@@ -44,11 +45,15 @@ def figure(summary: "Summary") -> "Figure":
     except ImportError as err:
         raise ImportError("the plot needs matplotlib: pip install 'leakdoctor[plot]'") from err
     names = shown(summary)
-    fig = Figure(figsize=(11, 1.3 + 2.3 * max(1, len(names))), layout="constrained")
+    proofs = proof_panels(summary)
+    panels = len(names) + len(proofs)
+    fig = Figure(figsize=(11, 1.3 + 2.3 * max(1, panels)), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(max(1, len(names)), 1, sharex=True, squeeze=False)[:, 0]
+    axes = fig.subplots(max(1, panels), 1, sharex=True, squeeze=False)[:, 0]
     for ax, name in zip(axes, names):
         _panel(ax, name, summary.series[name], summary)
+    for ax, (finding, record) in zip(axes[len(names):], proofs):
+        _proof_panel(ax, finding, record, summary)
     if not names:
         axes[0].text(0.5, 0.5, "no series recorded", ha="center", va="center", transform=axes[0].transAxes)
     axes[-1].set_xlabel("step")
@@ -70,10 +75,18 @@ def shown(summary: "Summary") -> list[str]:
     did, whatever else grew), then those that grow and those a finding is on; without resident memory,
     the first series at least."""
     with_points = [name for name, s in summary.series.items() if s.points]
-    marked = {f.metric for f in summary.findings}
+    marked = {name for f in summary.findings for name in _proving(f, summary)}
     first = ["rss_bytes"] if "rss_bytes" in with_points else with_points[:1]
     return first + [name for name in with_points if name not in first and (
-        summary.series[name].trend == "growing" or name in marked)]
+        summary.series[name].grows or name in marked)]
+
+
+def _proving(f: "Finding", summary: "Summary") -> list[str]:
+    """The series that proved a finding (its metric, and the hooks, compiles, live arrays or a container's
+    length it explains), each on its own panel with the finding's marks."""
+    from leakdoctor.reporting.summary import proving
+
+    return proving(f, summary.series)
 
 
 def _panel(ax: "Axes", name: str, s: "SeriesSummary", summary: "Summary") -> None:
@@ -84,21 +97,68 @@ def _panel(ax: "Axes", name: str, s: "SeriesSummary", summary: "Summary") -> Non
     steps, raw = zip(*s.points)
     scale, suffix = unit_of(s.unit, raw)
     values = [v / scale for v in raw]  # plotted in the unit, so that the ticks fall on round numbers of it
-    ax.plot(steps, values, lw=1.2, color="tab:purple", label=f"{name} ({s.trend})", zorder=3)
+    ax.plot(steps, values, lw=1.2, color="tab:purple", label=f"{name} ({s.trend_text})", zorder=3)
     warmup = summary.settings.get("warmup")
     if warmup:
         ax.axvspan(0, warmup, color="0.9", lw=0, zorder=0, label=f"warm-up: steps 0-{warmup}, not judged")
     for finding in summary.findings:
-        if finding.metric == name:
+        if name in _proving(finding, summary):
             _marks(ax, finding, s.unit, steps[-1])
+    _run_marks(ax, summary)
     ax.yaxis.set_major_formatter(unit_formatter(suffix))
     if s.unit == "count":
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     judged = [v for step, v in zip(steps, values) if step >= (warmup or 0)] or values
     ax.set_ylim(*y_limits(judged))  # fitted to the readings after warm-up: a first-step spike runs off the top
-    ax.set_title(f"{name}: {s.trend}", fontsize=9, loc="left")
+    ax.set_title(f"{name}: {s.trend_text}", fontsize=9, loc="left")
     ax.grid(alpha=0.3, lw=0.5)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+
+
+def proof_panels(summary: "Summary") -> list[tuple["Finding", dict[str, Any]]]:
+    """What proved a finding that no series holds (its investigation's reading at the window's two ends:
+    the autograd nodes a census counted), one panel each: a retained graph on flat resident memory is shown
+    by the nodes that grew."""
+    return [(f, record) for f in summary.findings for record in f.proof if len(record.get("points") or []) >= 2]
+
+
+def _proof_panel(ax: "Axes", f: "Finding", record: dict[str, Any], summary: "Summary") -> None:
+    """One proof record: its readings, with the finding's marks and the run's."""
+    from matplotlib.ticker import MaxNLocator
+
+    unit = record.get("unit", "count")
+    steps, raw = zip(*record["points"])
+    scale, suffix = unit_of(unit, raw)
+    values = [v / scale for v in raw]
+    name = record.get("name", "proof")
+    ax.plot(steps, values, lw=1.2, marker="o", color="tab:purple", zorder=3,
+            label=f"{name}, read by the investigation of {f.cause}")
+    _marks(ax, f, unit, int(max(summary.steps, steps[-1])))
+    _run_marks(ax, summary)
+    ax.yaxis.set_major_formatter(unit_formatter(suffix))
+    if unit == "count":
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(*y_limits(values))
+    ax.set_title(f"{name}: proves {f.cause}", fontsize=9, loc="left")
+    ax.grid(alpha=0.3, lw=0.5)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+
+
+#: At most this many calls are marked (a Keras run's fit/evaluate/predict calls on its clock of batches).
+MARKED_CALLS = 60
+
+
+def _run_marks(ax: "Axes", summary: "Summary") -> None:
+    """The run's own marks on every panel: where on_limit stopped it, and where each call ended (a Keras
+    run, whose steps are the batches of several calls)."""
+    if summary.stopped and isinstance(summary.stopped.get("step"), int):
+        ax.axvline(summary.stopped["step"], color="black", ls="-", lw=1.6, zorder=6,
+                   label=f"stopped before the memory limit (step {summary.stopped['step']})")
+    calls = summary.calls or []
+    if 1 < len(calls) <= MARKED_CALLS:
+        for n, call in enumerate(calls):
+            ax.axvline(call["last_step"], color="0.6", ls="-", lw=0.6, zorder=2,
+                       label="end of each fit/evaluate/predict call" if n == 0 else None)
 
 
 def _marks(ax: "Axes", f: "Finding", unit: str, last: int) -> None:

@@ -208,7 +208,8 @@ def unwatched(settings: Settings, steps: int) -> dict[str, Any] | None:
 
 def series_summary(monitor: Monitor, name: str, settings: Settings) -> SeriesSummary:
     """One series over the run: start, end, peak, whole-run slope and trend (a growth too small to
-    matter over the horizon is called flat)."""
+    matter over the horizon is still `growing`, marked `slow`: a series that grew steadily is never
+    called flat)."""
     series = monitor.series[name]
     steps, values = series.history(since=settings.warmup)
     gap = float(np.median(np.diff(steps))) if len(steps) > 1 else 1.0
@@ -217,11 +218,9 @@ def series_summary(monitor: Monitor, name: str, settings: Settings) -> SeriesSum
     trend = classify(steps, values, points_per_window, settings.alpha)
     slope = theil_sen(*thinned(steps, values))[0] if len(values) >= 2 else 0.0
     end = series.end or 0.0
-    kind = trend.kind
-    if trend.growing and not is_material(series.spec.unit, trend.slope, end, settings.horizon, series.spec.limit):
-        kind = "flat"
+    slow = trend.growing and not is_material(series.spec.unit, trend.slope, end, settings.horizon, series.spec.limit)
     start = series.start if series.start is not None else end
-    return SeriesSummary(series.spec.unit, start, end, float(series.peak), slope, kind, series.points)
+    return SeriesSummary(series.spec.unit, start, end, float(series.peak), slope, trend.kind, series.points, slow)
 
 
 class Projection(NamedTuple):

@@ -61,6 +61,9 @@ class Finding:
     #: the same cause at the same place seen on other metrics (report.merged): each one's metric, rate,
     #: unit, steps, state, severity and remedy, as its own finding would have said
     supporting: list[dict[str, Any]] = field(default_factory=list)
+    #: what proved it that no series of the run holds, as its investigation read it: {"name", "unit",
+    #: "points": [[step, value], ...]} (the autograd nodes a census counted at the window's two ends)
+    proof: list[dict[str, Any]] = field(default_factory=list)
     subject: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -92,6 +95,7 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("subject", "remedy", "explains")}
         data["remedy"] = asdict(self.remedy) if self.remedy else None
+        data["series"] = list(self.explains)  # the series that proved it (the plot's panels, the table's lines)
         return data
 
     @classmethod
@@ -101,12 +105,16 @@ class Finding:
         fields_ = {k: v for k, v in data.items() if k in known}
         if fields_.get("rate_interval") is not None:
             fields_["rate_interval"] = tuple(fields_["rate_interval"])
+        if isinstance(data.get("series"), list):
+            fields_["explains"] = tuple(str(name) for name in data["series"])
         return cls(**fields_, remedy=RemedyOutcome(**_known(RemedyOutcome, remedy)) if remedy else None)
 
 
 @dataclass
 class SeriesSummary:
-    """One metric over the run. `points` is a bounded, decimated history for plots."""
+    """One metric over the run. `points` is a bounded, decimated history for plots. `trend`: growing,
+    plateau (grew, then stopped) or flat; `slow`: a growth too slow to matter over the horizon (it grew
+    steadily, so it is `growing`, never `flat`; its rate is `slope_per_step`)."""
 
     unit: str
     start: float
@@ -115,6 +123,17 @@ class SeriesSummary:
     slope_per_step: float
     trend: str
     points: list[tuple[int, float]] = field(default_factory=list)
+    slow: bool = False
+
+    @property
+    def trend_text(self) -> str:
+        """The trend as the table says it: 'growing, too slow to matter' for a slow growth."""
+        return f"{self.trend}, too slow to matter" if self.slow and self.trend == "growing" else self.trend
+
+    @property
+    def grows(self) -> bool:
+        """A growth that matters over the horizon (what the plot and the step-time line speak of)."""
+        return self.trend == "growing" and not self.slow
 
 
 def verdict_of(findings: list[Finding]) -> str:
@@ -154,6 +173,9 @@ class Summary:
     complete: bool = True
     #: When it was last written to a file (ISO 8601, local time with its offset); None if never.
     written_at: str | None = None
+    #: Where the steps are batches of several calls (Keras fits): each call, marked on the clock of steps
+    #: ({"call", "kind", "first_step", "last_step"}); None where a step is a step of one loop.
+    calls: list[dict[str, Any]] | None = None
 
     @property
     def verdict(self) -> str:
@@ -205,7 +227,8 @@ class Summary:
             "written_at": self.written_at,
             **{key: value for key, value in (("stopped", self.stopped), ("stopped_by", self.stopped_by),
                                              ("oom", self.oom),
-                                             ("unwatched", self.unwatched)) if value is not None},
+                                             ("unwatched", self.unwatched), ("calls", self.calls))
+               if value is not None},
         }
 
     def to_json(self) -> str:
@@ -240,6 +263,7 @@ class Summary:
             unwatched=data.get("unwatched"),
             complete=data.get("complete", True),  # files older than the field were written at the end
             written_at=data.get("written_at"),
+            calls=data.get("calls"),
         )
 
     @classmethod
@@ -348,11 +372,11 @@ def render_text(summary: Summary) -> str:
     lines.append(f"  why: {_why(summary)}")
     rows = [["metric", "after warm-up", "end", "peak", "per step", "trend"]]
     for name, s in summary.series.items():
-        rows.append([name] + [format_value(v, s.unit) for v in (s.start, s.end, s.peak, s.slope_per_step)] + [s.trend])
+        rows.append([name] + [format_value(v, s.unit) for v in (s.start, s.end, s.peak, s.slope_per_step)] + [s.trend_text])
     lines += _table(rows) if len(rows) > 1 else []
     for state in STATES:
         for f in (f for f in summary.findings if f.final_state == state):
-            lines += [""] + _finding_lines(f)
+            lines += [""] + _finding_lines(f) + _proving_lines(f, summary.series)
     for name, label in (("step_seconds", "step time"), ("step_cpu_seconds", "CPU time per step")):
         line = step_time_line(label, summary.series.get(name))
         lines += [line] if line else []
@@ -397,7 +421,7 @@ def step_time_line(label: str, series: SeriesSummary | None) -> str | None:
     """'step time rose from 5.2 ms to 6.1 ms (+17%)' when the series grows and its end is above its start;
     the percentage only where both ends are meaningful (a start above the clock's resolution, a rise
     less than tenfold); a growing trend whose last reading is no higher is said as a trend, not a rise."""
-    if series is None or series.trend != "growing" or series.end is None or series.start is None:
+    if series is None or not series.grows or series.end is None or series.start is None:
         return None
     start, end = format_value(series.start, "seconds"), format_value(series.end, "seconds")
     if series.end <= series.start:
@@ -439,6 +463,28 @@ def _finding_lines(f: Finding) -> list[str]:
         lines.append(f"  remedy: {_remedy_line(f.remedy, f.unit)}")
     lines += [f"  also: {_supporting_line(other)}" for other in f.supporting]
     return lines
+
+
+def proving(f: Finding, series: dict[str, SeriesSummary]) -> list[str]:
+    """The series that proved a finding, that the summary has: its metric, then what it explains (the hooks,
+    the compiles, the live arrays, a container's length that grew with it)."""
+    return [name for name in dict.fromkeys([f.metric, *f.explains]) if name in series]
+
+
+def _proving_lines(f: Finding, series: dict[str, SeriesSummary]) -> list[str]:
+    """'  series: len(outputs) 25 -> 400 (1/step, growing)': the series that proved it, as the table reads them."""
+    shown = []
+    for name in proving(f, series):
+        s = series[name]
+        shown.append(f"{name} {format_value(s.start, s.unit)} -> {format_value(s.end, s.unit)} "
+                     f"({format_value(s.slope_per_step, s.unit)}/step, {s.trend_text})")
+    for record in f.proof:
+        points = record.get("points") or []
+        if len(points) >= 2:
+            unit = record.get("unit", "count")
+            shown.append(f"{record.get('name')} {format_value(points[0][1], unit)} -> {format_value(points[-1][1], unit)} "
+                         f"over steps {points[0][0]}-{points[-1][0]} (its investigation)")
+    return [f"  series: {'; '.join(shown)}"] if shown else []
 
 
 def _supporting_line(other: dict[str, Any]) -> str:
