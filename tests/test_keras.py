@@ -512,3 +512,28 @@ def test_a_fit_counts_batches_and_its_rates_agree_with_the_table():
     claimed = found["rate_per_step"] * (summary["steps"] - points[0][0])
     assert 0.5 * shown <= claimed <= 2 * shown, (claimed, shown)
     assert series["trend"] == "growing" and 0.5 * found["rate_per_step"] <= series["slope_per_step"] <= 2 * found["rate_per_step"]
+
+
+def fits_with_one_callback(backend: str) -> dict[str, Any]:
+    """Three models fitted with one callback: its summary's overhead (the calls' doctor and the fits')."""
+    keras = keras_on(backend)
+    from leakdoctor.callbacks.keras import LeakDoctorCallback
+
+    x, y = regression_data(1024, 16)
+    callback = LeakDoctorCallback(verbose=False, memory_limit=LIMIT)
+    for _ in range(3):
+        model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(1)])
+        model.compile("adam", "mse")
+        model.fit(x, y, batch_size=32, epochs=2, callbacks=[callback], verbose=0)
+    return callback.summary.to_dict()["overhead"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_overhead_line_of_several_fits_is_the_sum_of_its_parts(backend):
+    """Every doctor of the run (the calls' and each fit's) is in the printed total, and the parts add up to it:
+    the fits' step() time was added to its part alone, a part larger than the total (issue #38)."""
+    overhead = isolated(fits_with_one_callback, backend)
+    parts = overhead["probe_seconds"] + overhead["thread_cpu_seconds"] + overhead["forensic_seconds"]
+    assert overhead["total_seconds"] == pytest.approx(parts, rel=1e-9)
+    assert overhead["fraction_of_run_time"] == pytest.approx(overhead["total_seconds"] / overhead["run_seconds"])
+    assert overhead["probe_seconds"] <= overhead["total_seconds"]

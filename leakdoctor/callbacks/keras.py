@@ -223,6 +223,25 @@ class KerasDoctor(doctor.LeakDoctor):
         return f"step {self._record.at(int(number))} (call {number}): {rest}"
 
 
+#: The overhead parts that add up across the doctors of a run's calls and fits.
+COST_PARTS = ("probe_seconds", "thread_cpu_seconds", "forensic_seconds", "investigations", "suspicions_triaged",
+              "investigations_deferred", "run_seconds")
+
+
+def with_fits_cost(calls: dict[str, Any], cost: dict[str, float]) -> dict[str, Any]:
+    """The across-calls doctor's overhead with its fits' doctors' cost added, so that the printed total is the
+    sum of every doctor's parts. The run's time is the longer of the calls doctor's (from the end of the first
+    call: a fit is one of its steps) and the fits' together (their batches)."""
+    total = cost["probe_seconds"] + cost["thread_cpu_seconds"] + cost["forensic_seconds"]
+    run = max(float(calls.get("run_seconds") or 0.0), cost["run_seconds"] - float(calls.get("run_seconds") or 0.0))
+    steps = calls.get("step_seconds") or 0.0
+    return {**calls, **cost, "run_seconds": run, "investigations": int(cost["investigations"]),
+            "suspicions_triaged": int(cost["suspicions_triaged"]),
+            "investigations_deferred": int(cost["investigations_deferred"]),
+            "total_seconds": total, "fraction_of_run_time": total / run if run else 0.0,
+            "fraction_of_step_time": cost["probe_seconds"] / steps if steps else 0.0}
+
+
 @dataclasses.dataclass
 class _Fit:
     """One fit call, the doctor of its batches while it runs, and what the cumulative summary keeps of it
@@ -235,7 +254,7 @@ class _Fit:
     findings: list[Finding] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     errors: list[dict[str, str]] = dataclasses.field(default_factory=list)
-    probe_seconds: float = 0.0
+    cost: dict[str, float] = dataclasses.field(default_factory=dict)  # its doctor's additive overhead parts
     stopped: dict[str, Any] | None = None
     stopped_by: dict[str, Any] | None = None
     oom: dict[str, Any] | None = None
@@ -248,7 +267,7 @@ class _Fit:
                    findings=[per_batch(f, number, offset, summary.steps, label) for f in summary.findings],
                    notes=[f"{label}: {note}" for note in summary.notes],
                    errors=[{**e, "part": f"{label}: {e['part']}"} for e in summary.errors],
-                   probe_seconds=summary.overhead.get("probe_seconds", 0.0),
+                   cost={part: float(summary.overhead.get(part) or 0.0) for part in COST_PARTS},
                    stopped=summary.stopped and {**summary.stopped, "step": offset + summary.stopped["step"],
                                                 "call": number, "batch": summary.stopped["step"],
                                                 "reason": f"{label}: {summary.stopped['reason']}"},
@@ -282,7 +301,7 @@ class _Record:
     notes: list[str] = dataclasses.field(default_factory=list)
     batches: int = 0
     watched: list[int] = dataclasses.field(default_factory=list)  # fits whose batches were watched for a verdict
-    fit_probe_seconds: float = 0.0
+    fit_cost: dict[str, float] = dataclasses.field(default_factory=dict)  # the ended fits' doctors' cost
     #: per call that ended (the across-calls doctor's steps): its kind, and the training batches at its end
     kinds: list[str] = dataclasses.field(default_factory=list)
     ends: list[int] = dataclasses.field(default_factory=list)
@@ -314,8 +333,9 @@ class _Record:
         if batches.unwatched is None:
             self.watched.append(fit.number)
         ended = _Fit.ended(fit.number, fit.doctor.label, batches, fit.offset)
-        self.fit_probe_seconds += ended.probe_seconds
-        self.fits.append(dataclasses.replace(ended, probe_seconds=0.0))  # its batches are the table's
+        for part, value in ended.cost.items():
+            self.fit_cost[part] = self.fit_cost.get(part, 0.0) + value
+        self.fits.append(dataclasses.replace(ended, cost={}))  # counted once, in fit_cost
         return batches
 
     def abandon(self, call: int, exception: BaseException | None = None) -> None:
@@ -340,7 +360,7 @@ class _Record:
         keys = {f.key for f in findings}
         notes = list(calls.notes) + self.notes
         errors = list(calls.errors) + [{"part": "callback " + e["part"], "error": e["error"]} for e in self.guard.errors]
-        probe_seconds = calls.overhead.get("probe_seconds", 0.0) + self.fit_probe_seconds
+        cost = {part: float(calls.overhead.get(part) or 0.0) + self.fit_cost.get(part, 0.0) for part in COST_PARTS}
         for fit in self.fits + now:
             for finding in fit.findings:
                 if finding.key not in keys:
@@ -348,10 +368,9 @@ class _Record:
                     findings.append(unrepeated(finding, fit.number, self.fits + now, self.watched))
             notes += fit.notes
             errors += fit.errors
-            probe_seconds += fit.probe_seconds
-        total = calls.overhead.get("step_seconds", 0.0)
-        overhead = {**calls.overhead, "probe_seconds": probe_seconds,
-                    "fraction_of_step_time": probe_seconds / total if total else 0.0}
+            for part, value in fit.cost.items():
+                cost[part] += value
+        overhead = with_fits_cost(calls.overhead, cost)
         if self.batches:
             notes.insert(0, f"steps are training batches ({_count(len(self.ends), 'call')}, "
                             f"{_count(self.batches, 'training batch')}), each call marked in `calls`; the series "
