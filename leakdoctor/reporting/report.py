@@ -131,13 +131,23 @@ def _judged(finding: Finding, findings: list[Finding], monitor: Monitor, setting
         fit = whole_fit(series, settings, since=finding.first_step - 1,
                         until=remedy.applied_step if remedy else None)
         if fit and fit[0] > 0:
-            copy.rate_per_step, copy.rate_interval = fit[0], fit[1:]
+            share = rate_share(finding, findings)
+            copy.rate_per_step, copy.rate_interval = fit[0] * share, (fit[1] * share, fit[2] * share)
         grew = fit is None or fit[0] > 0  # shrank over the run: the rate at detection stays, none of it matters
     material = grew and (series is None or _material(copy, series, settings))
     copy.state, copy.reason = _state(copy, finding, findings, monitor, settings, material, grew)
     copy.severity = {"benign": None, "withdrawn": None, "minor": "minor"}.get(
         copy.state, "major" if material else "minor")
     return copy
+
+
+def rate_share(finding: Finding, findings: list[Finding]) -> float:
+    """The part of its metric's whole-run rate that is the finding's own: where leaks found together share a
+    metric (judging/diagnosis.py shared_rates), in proportion of the rates each had when found; else all."""
+    together = [f.detected_rate or 0.0 for f in findings if f.metric == finding.metric and not f.benign
+                and f.detected_step == finding.detected_step]
+    total = sum(together)
+    return (finding.detected_rate or 0.0) / total if len(together) > 1 and total > 0 else 1.0
 
 
 def _state(copy: Finding, finding: Finding, findings: list[Finding], monitor: Monitor, settings: Settings,

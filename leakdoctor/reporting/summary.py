@@ -32,6 +32,11 @@ class RemedyOutcome:
     error: str | None = None
 
 
+#: Finding fields that stay in the process: what a remedy acts on, the remedy (serialized apart), what the
+#: diagnosis reads.
+LOCAL = frozenset({"subject", "remedy", "explains", "accounts"})
+
+
 @dataclass
 class Finding:
     """One diagnosed cause of growth. `reclaimed_by` names the cleanup that took the growth back (so the
@@ -62,6 +67,11 @@ class Finding:
     #: unit, steps, state, severity and remedy, as its own finding would have said
     supporting: list[dict[str, Any]] = field(default_factory=list)
     subject: Any = field(default=None, repr=False, compare=False)
+    #: bytes of each explained metric's growth in the window that this finding's own evidence measured (the
+    #: new items of a container, a traced allocation site); a metric it explains but did not measure (a kept
+    #: graph's saved activations have no size a census reads) is not here. Never serialized: the diagnosis
+    #: reads it to let another proven cause claim the rest of the same metric (judging/diagnosis.py).
+    accounts: dict[str, float] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.cause not in CAUSES:
@@ -90,13 +100,13 @@ class Finding:
         return self.cause, self.metric, self.location
 
     def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("subject", "remedy", "explains")}
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in LOCAL}
         data["remedy"] = asdict(self.remedy) if self.remedy else None
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Finding":
-        known = {f.name for f in fields(cls)} - {"subject", "remedy", "explains"}
+        known = {f.name for f in fields(cls)} - LOCAL
         remedy = data.get("remedy")
         fields_ = {k: v for k, v in data.items() if k in known}
         if fields_.get("rate_interval") is not None:
