@@ -23,7 +23,9 @@ class MetricSpec:
     """How to read one series. `primary` metrics can raise a suspicion; `supporting` ones are evidence.
     `limit` is the level at which the run fails (a memory limit), used for projections. `source` tells
     rules where the metric comes from ("process", "gauge", "container", a framework); `where` is the
-    place to name in a finding."""
+    place to name in a finding. `covers` names a metric whose growth this one counts too, as the limit
+    counts it (a cgroup's charge covers resident memory): a leak that explains that metric is projected
+    onto this one, which carries the limit."""
 
     name: str
     unit: str = "bytes"
@@ -31,6 +33,7 @@ class MetricSpec:
     limit: float | None = None
     source: str = ""
     where: str | None = None
+    covers: str | None = None
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:

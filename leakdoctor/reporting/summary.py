@@ -370,7 +370,8 @@ def render_text(summary: Summary) -> str:
         lines.append(f"rank {r.get('rank')}: verdict {r.get('verdict')}, {len(r.get('findings', []))} finding(s)")
     if summary.projected_limit_step is not None:
         limit = summary.memory_limit or {}
-        of = f" ({format_value(limit['bytes'], 'bytes')}, {limit['source']})" if limit.get("bytes") else ""
+        figure = f", against {limit['figure']}" if limit.get("figure") not in (None, "rss_bytes") else ""
+        of = f" ({format_value(limit['bytes'], 'bytes')}, {limit['source']}{figure})" if limit.get("bytes") else ""
         lines.append(f"\nprojected to reach the memory limit{of} at step {summary.projected_limit_step}")
     lines += [f"note: {n}" for n in summary.notes]
     lines += [f"switched off: {e['part']}: {e['error']}" for e in summary.errors]
@@ -482,8 +483,10 @@ def _ending(summary: Summary) -> list[str]:
         oom = summary.oom
         if oom.get("imminent"):
             source = f" ({oom['limit_source']})" if oom.get("limit_source") else ""
-            lines.append(f"OUT OF MEMORY IMMINENT at step {oom['step']}: resident memory "
-                         f"{format_value(oom.get('rss_bytes'), 'bytes')} of the memory limit "
+            figure = oom.get("figure") or "rss_bytes"
+            what = "resident memory" if figure == "rss_bytes" else figure
+            lines.append(f"OUT OF MEMORY IMMINENT at step {oom['step']}: {what} "
+                         f"{format_value(oom.get(figure), 'bytes')} of the memory limit "
                          f"{format_value(oom.get('limit_bytes'), 'bytes')}{source}")
         else:
             lines.append(f"OUT OF MEMORY at step {oom['step']}: {oom['error']}")
