@@ -249,7 +249,8 @@ def projections(findings: list[Finding], monitor: Monitor, step: int, verifying:
     """Each leak without an effective remedy, projected onto every metric with a limit that it explains
     (a container's growth that explains resident memory is projected on resident memory, at that
     metric's own slope since the leak began), and onto those its supporting evidence still leaks on, at
-    their own rates. `verifying=False` leaves out leaks whose remedy is still being verified. A metric that
+    their own rates; a leak that shares its metric with others found with it, at the metric's whole rate
+    (rate_share). `verifying=False` leaves out leaks whose remedy is still being verified. A metric that
     another series covers (resident memory, under a cgroup limit that counts the cgroup's charge) is
     projected onto that series instead, at its own slope since the leak began: the figure the limit is
     compared with."""
@@ -261,7 +262,8 @@ def projections(findings: list[Finding], monitor: Monitor, step: int, verifying:
             continue  # benign, remedied, minor or withdrawn: nothing to project
         rates = {other["metric"]: other["rate_per_step"] for other in finding.supporting
                  if other.get("state") == "leak" and other.get("rate_per_step") is not None}
-        rates[finding.metric] = finding.rate_per_step
+        share = rate_share(finding, findings)  # the metric grows by every leak found in it: its whole rate
+        rates[finding.metric] = finding.rate_per_step / share if share > 0 else finding.rate_per_step
         for metric in dict.fromkeys(covering.get(m, m) for m in (finding.metric, *finding.explains, *rates)):
             series = monitor.series.get(metric)
             if series is None or not series.spec.limit:
