@@ -89,7 +89,7 @@ class LeakDoctor:
         self._guard = Guard()
         self._watchlist = python.Watchlist(self._guard)
         self._memory = limits.process_limit(self.settings.memory_limit)
-        parts = [process.integration(self._memory.bytes, self.settings.sampling_budget),
+        parts = [process.integration(self._memory, self.settings.sampling_budget),
                  python.integration(self._watchlist), *integrations]
         self._probes = Probes([p for part in parts for p in part.probes], {
             name: MetricSpec(name, "seconds", role="supporting", source="process") for name in (STEP_TIME, STEP_CPU)},
@@ -136,7 +136,7 @@ class LeakDoctor:
         self._sampler.start_thread(wake=partial(state.__setitem__, "_countdown", 0),
                                    step_of=partial(state.__getitem__, "_step"),
                                    alarm=_Late(type(self), state, "_memory_alarm"),
-                                   watermark=lambda: beat.watermark)
+                                   watermark=lambda: beat.resident_watermark)
 
     def _memory_alarm(self, step: int, rss: float) -> None:
         """From the sampler thread: resident memory passed the watermark. The post-mortem is written now,

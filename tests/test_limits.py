@@ -99,6 +99,29 @@ def test_cgroup_v1_limit_of_this_process_memory_cgroup_beside_an_empty_v2(tmp_pa
     assert limit == limits.Limit(1536 * MIB, "cgroup", "/sys/fs/cgroup/memory/process_api/7a08/memory.limit_in_bytes")
 
 
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_cgroup_limit_is_compared_with_the_charge_of_the_cgroup_whose_limit_it_is(tmp_path, version):
+    # the tightest limit is the parent's: its charge (which counts the siblings too) is what it bounds
+    limit_file, charge_file = ("memory.max", "memory.current") if version == "v2" else \
+        ("memory.limit_in_bytes", "memory.usage_in_bytes")
+    mount, line, kind = ("/sys/fs/cgroup", "0::/job/worker\n", "cgroup2") if version == "v2" else \
+        ("/sys/fs/cgroup/memory", "4:memory:/job/worker\n", "cgroup")
+    root = lay_out(tmp_path, {
+        "/proc/self/cgroup": line,
+        "/proc/self/mountinfo": mountinfo(("/", mount, kind, "rw,memory")),
+        f"{mount}/job/{limit_file}": f"{GIB}\n",
+        f"{mount}/job/{charge_file}": f"{300 * MIB}\n",
+        f"{mount}/job/worker/{limit_file}": V1_NO_LIMIT if version == "v1" else "max\n",
+        f"{mount}/job/worker/{charge_file}": f"{200 * MIB}\n",
+    })
+    limit = limits.cgroup_limit(root)
+    assert limit.bytes == GIB and limit.figure == "cgroup_bytes"
+    assert limit.charge == str(root / mount.lstrip("/") / "job" / charge_file)
+    assert limit.record()["figure"] == "cgroup_bytes"
+    (root / mount.lstrip("/") / "job" / charge_file).unlink()  # a charge that cannot be read: resident memory
+    assert limits.cgroup_limit(root).figure == "rss_bytes"
+
+
 def test_cgroup_v1_no_limit_value_means_none(tmp_path):
     root = lay_out(tmp_path, {
         "/proc/self/cgroup": "4:memory:/a\n",
@@ -176,14 +199,16 @@ def test_the_summary_says_the_user_limit_it_used():
     for _ in range(5):
         doctor.step()
     summary = doctor.finish()
-    assert summary.memory_limit == {"bytes": 1.5 * GIB, "source": "user", "detail": "memory_limit="}
+    assert summary.memory_limit == {"bytes": 1.5 * GIB, "source": "user", "detail": "memory_limit=",
+                                    "figure": "rss_bytes"}
     assert summary.to_dict()["memory_limit"]["source"] == "user"
 
 
 def test_a_device_series_is_held_to_its_device_total():
     process = limits.Limit(8 * GIB, "cgroup", "/sys/fs/cgroup/memory.max")
     cuda = MetricSpec("cuda_allocated_bytes", "bytes", limit=80 * GIB, source="cuda", where="cuda:0")
-    assert limits.describe(cuda, process, None) == {"bytes": 80 * GIB, "source": "device", "detail": "cuda:0"}
+    assert limits.describe(cuda, process, None) == {"bytes": 80 * GIB, "source": "device", "detail": "cuda:0",
+                                                    "figure": "cuda_allocated_bytes"}
     mlx = MetricSpec("mlx_active_bytes", "bytes", limit=4 * GIB, source="mlx")
     assert limits.describe(mlx, process, 4 * GIB)["source"] == "user"  # memory_limit= given to MLX's series
     assert limits.describe(MetricSpec("rss_bytes", "bytes", limit=8 * GIB), process, None) == process.record()

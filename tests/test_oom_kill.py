@@ -143,6 +143,9 @@ def test_a_run_the_kernel_kills_out_of_memory_leaves_its_post_mortem(tmp_path, c
     oom = summary["oom"]
     assert oom["imminent"] is True and oom["limit_bytes"] == LIMIT_MIB * MIB and oom["limit_source"] == "cgroup"
     assert oom["rss_bytes"] > 0.95 * LIMIT_MIB * MIB  # the default watermark
+    # the watermark is judged on what the cgroup's limit counts: its charge (issue #41)
+    assert oom["figure"] == summary["memory_limit"]["figure"] == "cgroup_bytes"
+    assert oom["cgroup_bytes"] > 0.95 * LIMIT_MIB * MIB
     assert oom["growing"][0]["metric"] == "rss_bytes"
     where = f"heartbeat_loop.py:{line_of_kept()}"
     leaks = [f for f in summary["findings"] if (f["location"] or "").endswith(where) and counts(f)]

@@ -25,7 +25,10 @@ class MetricSpec:
     rules where the metric comes from ("process", "gauge", "container", a framework); `where` is the
     place to name in a finding. `confirmed_by` names cheap counters that show what a growth of this
     metric keeps (malloc's bytes in use for resident memory): a suspicion is confirmed on them before the
-    forensics run (judging/triage.py); empty, the metric proves itself and is investigated at once."""
+    forensics run (judging/triage.py); empty, the metric proves itself and is investigated at once.
+    `covers` names a metric whose growth this one counts too, as the limit counts it (a cgroup's charge
+    covers resident memory): a leak that explains that metric is projected onto this one, which carries
+    the limit."""
 
     name: str
     unit: str = "bytes"
@@ -34,6 +37,7 @@ class MetricSpec:
     source: str = ""
     where: str | None = None
     confirmed_by: tuple[str, ...] = ()
+    covers: str | None = None
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:

@@ -166,6 +166,42 @@ class RssProbe:
         return self._specs[metric]
 
 
+class CgroupProbe:
+    """The charge of the cgroup whose memory limit is the process limit (`cgroup_bytes`: v2 `memory.current`,
+    v1 `memory.usage_in_bytes`), the figure that limit is compared with (lifecycle/limits.py): it counts
+    the page cache the process writes and kernel memory, which resident memory leaves out, and not the
+    file-backed pages that resident memory counts and another cgroup was charged for. One pread of the file
+    through a descriptor opened on first use (a few µs); supporting evidence, never a suspicion of its own
+    (page cache comes and goes): a leak found on resident memory is projected onto it (`covers`)."""
+
+    name = "cgroup"
+    every = 1
+    essential = True  # read on every sample: the limit's own figure, which on_limit and the watermark read
+    metrics = (limits.CHARGE,)
+
+    def __init__(self, path: str, limit: float) -> None:
+        self._path = path
+        self._fd = -1
+        self._spec = MetricSpec(limits.CHARGE, "bytes", role="supporting", limit=limit, source="process",
+                                where=path, covers="rss_bytes")
+
+    def read(self) -> Mapping[str, float]:
+        if self._fd < 0:
+            self._fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        return {limits.CHARGE: float(int(os.pread(self._fd, 64, 0)))}
+
+    def read_now(self) -> Mapping[str, float]:
+        return self.read()
+
+    def spec(self, metric: str) -> MetricSpec:
+        return self._spec
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
 class ResidentReader:
     """`rss_bytes` as RssProbe.read reads it (less tracemalloc's own memory while it traces), as a
     callable for the sampler thread, through the probe's reader: a pread takes no file offset, so the two
@@ -501,14 +537,18 @@ def workers_rule(probe: WorkerProbe) -> Rule:
 WORKERS_SHARE = 1.0
 
 
-def integration(limit: float | None = None, budget: float = 0.005) -> Integration:
-    """Process probes for any run. `limit` overrides the detected memory limit; `budget` is the doctor's
-    overhead budget, of which the worker probe may take WORKERS_SHARE."""
+def integration(limit: float | limits.Limit | None = None, budget: float = 0.005) -> Integration:
+    """Process probes for any run. `limit` is the process limit (a number: resident memory's), by default
+    the one detected; a cgroup's adds the probe of its charge, which carries it (`figure`); `budget` is the
+    doctor's overhead budget, of which the worker probe may take WORKERS_SHARE."""
+    found = limit if isinstance(limit, limits.Limit) else limits.Limit(float(limit), "user") if limit else \
+        limits.process_limit()
     workers = WorkerProbe(budget * WORKERS_SHARE)
     trim = malloc_trim()
+    charge = [CgroupProbe(found.charge, found.bytes)] if found.figure == limits.CHARGE and found.charge else []
     return Integration(
         name="process",
-        probes=[RssProbe(limit or limits.process_limit().bytes), workers],
+        probes=[RssProbe(found.bytes), *charge, workers],
         cleanups=[Cleanup("malloc_trim", trim, settle=True)] if trim else [],
         rules=[workers_rule(workers)],
     )

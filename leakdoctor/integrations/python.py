@@ -409,6 +409,7 @@ def container_rule(watchlist: Watchlist) -> Rule:
             # the graphs' saved activations are what resident memory gains; their tensors' sizes hide them
             explains = [metric] + (["rss_bytes"] if _holds_the_rss_growth(ev, held) or graphs and "rss_bytes"
                                    in ev.unexplained(accepted) else [])
+            accounts = {"rss_bytes": held} if held and "rss_bytes" in explains else {}
             name = spec.where.split(" (")[0] if spec.where else metric
             location = container_location(watchlist, metric, ev.reports.get("container_sites")) or spec.where
             evidence = f"{ev.describe(metric)}" + (f", about {format_value(held, 'bytes')} of new items"
@@ -419,6 +420,7 @@ def container_rule(watchlist: Watchlist) -> Rule:
                 continue
             found.append(ev.finding(
                 "container_growth", metric, location=location, explains=tuple(explains), subject=container,
+                accounts=accounts,
                 evidence=evidence,
                 recommendation=(f"{stores}: " if stores else "") + f"bound or clear {name} (clear it at epoch "
                                f"end, keep a fixed-size deque, or store summaries instead of objects)",
@@ -517,10 +519,11 @@ def _grown_containers(ev: Evidence, accepted: list[Finding]) -> list[tuple[str, 
     """Watched containers and gauges to judge, with the items each gained in the window: the suspects;
     and, when resident memory is a suspect nothing explains yet, any other that grew between the ladders
     (each series raises its suspicion on its own windows, so a list of arrays can make resident memory
-    suspect first: named by its length, as when its length is suspect first, it is one finding)."""
+    suspect first: named by its length, as when its length is suspect first, it is one finding), also when
+    a finding before explains resident memory without having measured its growth (a second leak)."""
     unexplained = ev.unexplained(accepted)
     grown = [(m, int(ev.growth(m))) for m in unexplained if ev.specs[m].source in ("gauge", "container")]
-    if "rss_bytes" in unexplained:
+    if "rss_bytes" in ev.unaccounted(accepted):
         others = (m for m, spec in ev.specs.items() if spec.source == "container" and m not in ev.suspects)
         grown += [(m, gained) for m in others if (gained := int(ev.growth(m))) >= 1]
     return grown
@@ -618,16 +621,20 @@ def garbage_cycles(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
 def python_objects(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
     """Resident memory that survives cleanup and that traced Python allocations account for: a good part
     of the window's growth, or of what the suspicion's pace predicts for it, whichever is less (a window
-    that also holds a warm-up's growth, a Keras fit's first compiles, grows far more than the leak)."""
+    that also holds a warm-up's growth, a Keras fit's first compiles, grows far more than the leak), less
+    what the findings before measured. Another finding on resident memory that did not measure its bytes
+    (a list of losses kept with their graphs) does not hide this one: the allocation site is its own proof,
+    its line its own place, its bytes its own rate."""
     metric = "rss_bytes"
     growth = ev.reports.get("tracemalloc")
-    if metric not in ev.unexplained(accepted) or not ev.survives(metric) or not growth or not growth.top:
+    if metric not in ev.unaccounted(accepted) or not ev.survives(metric) or not growth or not growth.top:
         return []
     site = growth.top
-    if site.size < 0.3 * min(ev.growth(metric), ev.expected(metric)):
+    if site.size < 0.3 * ev.unmeasured(metric, accepted) or \
+            any(f.location == site.location for f in accepted if metric in f.explains):
         return []
     return [ev.finding(
-        "python_objects", metric, location=site.location,
+        "python_objects", metric, location=site.location, accounts={metric: float(site.size)},
         evidence=f"{ev.describe(metric)}; {format_value(site.size, 'bytes')} in {site.count} live allocations "
                  f"made at {site.location} during the window survived gc.collect()" + _types(ev),
         recommendation=f"something created at {site.location} is kept from step to step: find who holds it "

@@ -233,6 +233,7 @@ def kept_tensors_rule() -> Rule:
         return [ev.finding(
             "container_growth" if isinstance(kept, CONTAINERS) else "device_arrays", RSS,
             location=holder.location(ev.reports.get("tracemalloc")), evidence=_kept_evidence(ev, census),
+            accounts={RSS: float(held)},
             recommendation=f"{_what_is_stored(holder, kept)}bound or clear {holder.path.removeprefix('global ')} "
                            f"(keep the last few, store .item() or summaries instead of tensors, or clear it at "
                            f"epoch end)",
@@ -254,9 +255,10 @@ def _kept_evidence(ev: Evidence, census: Retained) -> str:
 
 
 def _rss_kept(ev: Evidence, accepted: list[Finding]) -> bool:
-    """Did resident memory grow through the window, unexplained so far, and not by refilling pages that
-    malloc already held (what the native_memory fallback asks too)?"""
-    return RSS in ev.unexplained(accepted) and ev.survives(RSS) and not ev.refilled(RSS)
+    """Did resident memory grow through the window, not accounted for so far (a finding before may explain
+    it without having measured it: a second leak), and not by refilling pages that malloc already held
+    (what the native_memory fallback asks too)?"""
+    return RSS in ev.unaccounted(accepted) and ev.survives(RSS) and not ev.refilled(RSS)
 
 
 def _what_is_stored(holder: Holder, kept: Any) -> str:

@@ -8,6 +8,7 @@ framework rule is not reported again by a generic one.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 from leakdoctor.judging.evidence import RSS, Evidence, Rule
@@ -16,12 +17,31 @@ from leakdoctor.reporting.summary import Finding
 
 
 def diagnose(evidence: Evidence, rules: Sequence[Rule], guard: Guard) -> list[Finding]:
-    """Run every rule in priority order; return the findings they accept."""
+    """Run every rule in priority order; return the findings they accept, each proven cause its own finding
+    with its own rate where several share a metric (shared_rates)."""
     accepted: list[Finding] = []
     for rule in sorted(rules, key=lambda r: r.priority):
         name = getattr(rule.fn, "__name__", "rule")
         accepted += guard.call(f"rule {name}", rule.fn, evidence, list(accepted), default=[]) or []
-    return accepted
+    return shared_rates(evidence, accepted)
+
+
+def shared_rates(ev: Evidence, findings: list[Finding]) -> list[Finding]:
+    """Findings that share a metric (two leaks in one loop both grow resident memory) each get their own
+    rate, not the metric's: one whose evidence measured its bytes in the window, those bytes a step; the
+    others, what is left of the metric's rate, shared evenly. A finding alone on its metric keeps it."""
+    out = list(findings)
+    for metric in dict.fromkeys(f.metric for f in findings):
+        sharing = [i for i, f in enumerate(findings) if f.metric == metric and not f.benign]
+        if len(sharing) < 2:
+            continue
+        own = {i: findings[i].accounts[metric] / ev.steps for i in sharing if metric in findings[i].accounts}
+        rest = [i for i in sharing if i not in own]
+        left = max(0.0, ev.rate(metric) - sum(own.values())) / len(rest) if rest else 0.0
+        for i in sharing:
+            rate = own.get(i, left)
+            out[i] = dataclasses.replace(findings[i], rate_per_step=rate, detected_rate=rate, rate_interval=None)
+    return out
 
 
 def allocator_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:

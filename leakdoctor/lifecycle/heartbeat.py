@@ -4,8 +4,8 @@ The out-of-memory killer (a cgroup's or the machine's; Kubernetes' `OOMKilled`) 
 SIGKILL, which no handler sees, so the summary written at the end never is. While a run goes, the
 summary is therefore written to `summary_path` (atomically, marked `"complete": false` with its
 `written_at`): as soon as a finding is first made or changes state (a remedy applied, judged, undone),
-and at least every `heartbeat` seconds; and once resident memory passes `oom_watermark` of the memory
-limit, at once, as the post-mortem (`"oom": {"imminent": true, ...}`: what grew, the sites seen, the
+and at least every `heartbeat` seconds; and once the figure the memory limit is compared with (resident
+memory; a cgroup's charge under a cgroup limit: lifecycle/limits.py) passes `oom_watermark` of the limit, at once, as the post-mortem (`"oom": {"imminent": true, ...}`: what grew, the sites seen, the
 findings so far), which every later write keeps. `finish()` writes the final one (`"complete": true`).
 
 Cheap on purpose: it is asked only on the steps that do work anyway (a sample), with the clock the step
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from leakdoctor.reading.monitor import Monitor
     from leakdoctor.settings import Settings
 
-#: The series the watermark reads: the process's resident memory, which the memory limit bounds.
+#: The process's resident memory, which the sampler thread watches.
 RESIDENT = "rss_bytes"
 #: The guard's name for the writes made while the run goes.
 PART = "heartbeat"
@@ -41,7 +41,8 @@ PART = "heartbeat"
 
 class Heartbeat:
     """Writes the summary of a run still going to `summary_path`: when a finding changes, every
-    `heartbeat` seconds, and at once when resident memory passes `oom_watermark` of `limit`. Inert
+    `heartbeat` seconds, and at once when the limit's figure (`limit.figure`: resident memory, or a cgroup's
+    charge) passes `oom_watermark` of `limit`. Inert
     without a summary path (or with both options None). `build` gives the summary so far (a callable
     that does not hold the doctor: see doctor._Late); `clock` is the clock the step path reads."""
 
@@ -53,7 +54,9 @@ class Heartbeat:
         self.monitor, self.clinic, self.guard, self.build, self._clock = monitor, clinic, guard, build, clock
         #: the clock reading at which the next timed write is due (inf: none)
         self.due = clock() + self.interval if self.interval is not None else math.inf
-        #: resident bytes above which the post-mortem is written (inf: never, or written already)
+        #: the series the watermark reads: the figure the limit is compared with
+        self.figure = limit.figure
+        #: bytes of that figure above which the post-mortem is written (inf: never, or written already)
         self.watermark = (settings.oom_watermark * limit.bytes
                           if self.path is not None and settings.oom_watermark is not None else math.inf)
         self.fraction = settings.oom_watermark
@@ -75,18 +78,25 @@ class Heartbeat:
         """On a step that did work (a sample, a remedy), after it: write the post-mortem if resident memory
         passed the watermark in this step's sample, else the summary if a finding changed or the
         heartbeat is due. `now`: the step path's clock reading."""
-        rss = self.monitor.series.get(RESIDENT)
-        if rss is not None and rss.end is not None and rss.end > self.watermark:
-            self.passed(rss.end_step, rss.end)
+        series = self.monitor.series
+        figure = series.get(self.figure) or series.get(RESIDENT)  # resident memory, if the charge was not read
+        if figure is not None and figure.end is not None and figure.end > self.watermark:
+            self.passed(figure.end_step, figure.end)
         elif self.interval is not None and (now >= self.due or self._changed()):
             self.write()
 
-    def passed(self, step: int, rss: float) -> None:
-        """Resident memory read `rss` at `step` (the series' last reading, or the sampler thread's): past
-        the watermark, write the post-mortem, once (the file keeps it from then on)."""
-        if rss > self.watermark:
+    @property
+    def resident_watermark(self) -> float:
+        """The watermark in resident bytes, for the sampler thread, which reads resident memory only: inf
+        when the limit is compared with another figure (a cgroup's charge), which the samples read."""
+        return self.watermark if self.figure == RESIDENT else math.inf
+
+    def passed(self, step: int, used: float) -> None:
+        """The limit's figure read `used` at `step` (the series' last reading, or the sampler thread's):
+        past the watermark, write the post-mortem, once (the file keeps it from then on)."""
+        if used > self.watermark:
             self.watermark = math.inf
-            self._post_mortem(step, rss)
+            self._post_mortem(step, used)
 
     def _changed(self) -> bool:
         """Did a finding appear or change state since the last look? Compared in full only while the
@@ -102,13 +112,14 @@ class Heartbeat:
         changed, self._signature = signature != self._signature, signature
         return changed
 
-    def _post_mortem(self, step: int, rss: float) -> None:
+    def _post_mortem(self, step: int, used: float) -> None:
         """Memory is about to run out: note it, and write the summary with its `oom` entry now."""
         clinic, limit = self.clinic, self.limit
         investigating = list(clinic.investigation.suspects) if clinic.investigation is not None else []
-        self.imminent = oom.imminent(step, rss, limit.bytes, limit.source, clinic.sites, self.monitor, investigating)
-        clinic.notes.append(f"step {step}: resident memory reached {format_value(rss, 'bytes')}, "
-                            f"{rss / limit.bytes:.0%} of the memory limit ({format_value(limit.bytes, 'bytes')}, "
+        self.imminent = oom.imminent(step, used, limit, clinic.sites, self.monitor, investigating)
+        what = "resident memory" if self.figure == RESIDENT else f"{self.figure} (the figure the limit counts)"
+        clinic.notes.append(f"step {step}: {what} reached {format_value(used, 'bytes')}, "
+                            f"{used / limit.bytes:.0%} of the memory limit ({format_value(limit.bytes, 'bytes')}, "
                             f"{limit.source}), past oom_watermark={self.fraction:g}: the post-mortem summary "
                             f"is written at once")
         self.write()

@@ -6,6 +6,12 @@ cgroup mounts, so a limit set on a nested cgroup counts, not only the root's); a
 where set. `memory_limit=` overrides them all. Device series (CUDA, MPS, JAX, MLX) carry their device's
 total in their MetricSpec (the integrations read it); `describe` says which limit a metric was held to.
 
+A limit is compared with the figure that enforces it (`Limit.figure`, the series projections, `on_limit`,
+`oom_watermark` and the post-mortem read): a cgroup's charge (`cgroup_bytes`: v2 `memory.current`, v1
+`memory.usage_in_bytes` of the cgroup whose limit it is, read by process.CgroupProbe) for a cgroup limit,
+which counts page cache and kernel memory that resident memory leaves out and charges mapped files the
+process did not fault in itself; resident memory (`rss_bytes`) for RAM, `memory_limit=` and the rlimits.
+
 RLIMIT_AS bounds the virtual size, RLIMIT_DATA the private writable mappings; the doctor measures the
 resident size. A leak touches what it allocates, so it grows both alike: the resident size at which the
 address space runs out is the rlimit less what is mapped but not resident (shared libraries, reserved
@@ -16,7 +22,7 @@ would need a second series, and VMS also jumps for reservations that never cost 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -25,21 +31,30 @@ import psutil
 from leakdoctor.integrations import MetricSpec
 
 SOURCES = ("cgroup", "rlimit", "RAM", "device", "user")
+#: The figures a process limit is compared with: resident memory, and a cgroup's charge.
+RESIDENT, CHARGE = "rss_bytes", "cgroup_bytes"
+#: The file that holds a cgroup's charge, beside the file of its limit (v2, v1).
+CHARGE_FILES = {"memory.max": "memory.current", "memory.limit_in_bytes": "memory.usage_in_bytes"}
 #: At or above this, a cgroup v1 limit means "no limit" (v1 writes it as 2**63 - 1 rounded to a page).
 UNLIMITED = 2**60
 
 
 @dataclass(frozen=True)
 class Limit:
-    """A memory limit in bytes, where it comes from (one of SOURCES) and the detail (a file, an rlimit)."""
+    """A memory limit in bytes, where it comes from (one of SOURCES), the detail (a file, an rlimit), the
+    series it is compared with (`figure`: resident memory, or for a cgroup's limit the cgroup's charge
+    where its file can be read) and, for a cgroup's, the file that holds its charge (beside the file its
+    detail names). Two limits are the same limit whatever they are compared with."""
 
     bytes: float
     source: str
     detail: str = ""
+    figure: str = field(default=RESIDENT, compare=False)
+    charge: str | None = field(default=None, compare=False)
 
     def record(self) -> dict[str, Any]:
         """The summary's `memory_limit` entry."""
-        return {"bytes": self.bytes, "source": self.source, "detail": self.detail}
+        return {"bytes": self.bytes, "source": self.source, "detail": self.detail, "figure": self.figure}
 
 
 def process_limit(override: float | None = None, root: str | os.PathLike[str] = "/") -> Limit:
@@ -54,13 +69,13 @@ def process_limit(override: float | None = None, root: str | os.PathLike[str] = 
 def describe(spec: MetricSpec | None, process: Limit, user: float | None) -> dict[str, Any] | None:
     """The `memory_limit` entry for a metric: the process limit for resident memory, the user's
     `memory_limit=` where a device series took it, else the device total in the metric's spec."""
-    if spec is None or spec.name == "rss_bytes":
+    if spec is None or spec.name in (RESIDENT, process.figure):
         return process.record()
     if not spec.limit:
         return None
     if user is not None and spec.limit == user:
-        return Limit(user, "user", f"memory_limit= for {spec.name}").record()
-    return Limit(spec.limit, "device", spec.where or spec.source).record()
+        return Limit(user, "user", f"memory_limit= for {spec.name}", spec.name).record()
+    return Limit(spec.limit, "device", spec.where or spec.source, spec.name).record()
 
 
 def ram() -> Limit:
@@ -93,8 +108,17 @@ def cgroup_limit(root: str | os.PathLike[str] = "/") -> Limit | None:
             for folder in _ancestors(base / mount_point.lstrip("/"), mount_root, path):
                 value = _read_limit(folder / name)
                 if value is not None:
-                    limits.append(Limit(value, "cgroup", "/" + str((folder / name).relative_to(base))))
+                    limits.append(_cgroup(value, folder, name, base))
     return min(limits, key=lambda limit: limit.bytes) if limits else None
+
+
+def _cgroup(value: float, folder: Path, name: str, base: Path) -> Limit:
+    """A cgroup's limit, compared with the cgroup's charge where that file can be read (else with resident
+    memory, as a limit of unknown charge)."""
+    charge = folder / CHARGE_FILES[name]
+    readable = _read_limit(charge) is not None
+    return Limit(value, "cgroup", "/" + str((folder / name).relative_to(base)), CHARGE if readable else RESIDENT,
+                 str(charge) if readable else None)
 
 
 def cgroup_mounts(base: Path) -> dict[str, list[tuple[str, str]]]:

@@ -17,11 +17,14 @@ import dataclasses
 import errno
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from leakdoctor.judging.detect import theil_sen
 from leakdoctor.reading.monitor import Monitor
 from leakdoctor.reporting.summary import Summary
+
+if TYPE_CHECKING:
+    from leakdoctor.lifecycle.limits import Limit
 
 #: Exception classes (by name, anywhere in the class's MRO) that mean memory ran out: Python's and
 #: numpy's MemoryError, torch's OutOfMemoryError (CUDA, and torch.OutOfMemoryError), TensorFlow/Keras's
@@ -85,10 +88,11 @@ def allocation_sites(reports: Mapping[str, Any], seen: list[dict[str, Any]], ste
 
 def growing(monitor: Monitor) -> list[dict[str, Any]]:
     """The byte series that grew over their recent history (warm-up included: a run may die in it),
-    fastest first."""
+    fastest first; not a series that only counts another one again as the limit counts it (a cgroup's
+    charge, which covers resident memory: the post-mortem records it as the limit's figure)."""
     rows = []
     for name, series in monitor.series.items():
-        if series.spec.unit != "bytes":
+        if series.spec.unit != "bytes" or series.spec.covers:
             continue
         steps, values = series.history()
         steps, values = steps[-TAIL:], values[-TAIL:]
@@ -117,15 +121,19 @@ def post_mortem(summary: Summary, exception: BaseException | None, step: int, si
     return dataclasses.replace(summary, oom=record, notes=summary.notes + notes)
 
 
-def imminent(step: int, rss: float, limit_bytes: float, limit_source: str, sites: list[dict[str, Any]],
-             monitor: Monitor, investigating: list[str]) -> dict[str, Any]:
+def imminent(step: int, used: float, limit: Limit, sites: list[dict[str, Any]], monitor: Monitor,
+             investigating: list[str]) -> dict[str, Any]:
     """The `oom` entry of a post-mortem written before memory runs out (heartbeat.py, `oom_watermark`):
-    resident memory `rss` passed the watermark of the limit at `step`. The out-of-memory killer's SIGKILL
-    leaves no chance to write later, so it holds what an `oom` entry after the error holds (what grew,
-    the sites seen), with the suspects of an investigation still open."""
-    record: dict[str, Any] = {"imminent": True, "step": step, "rss_bytes": float(rss),
-                              "limit_bytes": float(limit_bytes), "limit_source": limit_source,
-                              "growing": growing(monitor), "sites": sites[:SITES]}
+    the figure the limit is compared with (`limit.figure`: resident memory, a cgroup's charge) read `used`,
+    past the watermark of the limit, at `step`; resident memory too, as its series last read it. The
+    out-of-memory killer's SIGKILL leaves no chance to write later, so it holds what an `oom` entry after
+    the error holds (what grew, the sites seen), with the suspects of an investigation still open."""
+    resident = monitor.series.get("rss_bytes")
+    record: dict[str, Any] = {"imminent": True, "step": step, "rss_bytes": float(used), limit.figure: float(used),
+                              "figure": limit.figure, "limit_bytes": float(limit.bytes),
+                              "limit_source": limit.source, "growing": growing(monitor), "sites": sites[:SITES]}
+    if limit.figure != "rss_bytes":
+        record["rss_bytes"] = float(resident.end) if resident is not None and resident.end is not None else None
     if investigating:
         record["investigating"] = sorted(investigating)
     return record

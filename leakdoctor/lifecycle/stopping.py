@@ -110,15 +110,19 @@ class LimitWatch:
 
     def describe(self, projection: report.Projection, step: int) -> str:
         """'rss_bytes is projected to reach the memory limit (1.2 GiB, cgroup) at step 340, in 40 steps:
-        python_objects leak of 3.0 MiB/step at train.py:12, not remedied'."""
+        python_objects leak of 3.0 MiB/step at train.py:12, not remedied'; where the metric grows by more
+        than the leak's own rate (other leaks in it, or the limit's figure counts more), that rate too."""
         finding = projection.finding
         limit = self.limit_of(projection.metric) or {}
         source = f", {limit['source']}" if limit.get("source") else ""
         where = f" at {finding.location}" if finding.location else ""
+        own = finding.rate_per_step if finding.unit == "bytes" else projection.rate
+        growing = "" if math.isclose(own, projection.rate, rel_tol=0.01) else \
+            f" (growing {format_value(projection.rate, 'bytes')}/step)"
         return (f"leakdoctor: {projection.metric} is projected to reach the memory limit "
                 f"({format_value(projection.limit, 'bytes')}{source}) at step {projection.step}, in "
-                f"{projection.step - step} steps: {finding.cause} leak of "
-                f"{format_value(projection.rate, 'bytes')}/step{where}, not remedied")
+                f"{projection.step - step} steps{growing}: {finding.cause} leak of "
+                f"{format_value(own, 'bytes')}/step{where}, not remedied")
 
     def _confirmed(self, finding: Finding, monitor: Monitor, step: int, left: int, margin: int) -> bool:
         """May this finding be warned about before the margin? Once confirmed (`confirmed`) and read for

@@ -131,13 +131,23 @@ def _judged(finding: Finding, findings: list[Finding], monitor: Monitor, setting
         fit = whole_fit(series, settings, since=finding.first_step - 1,
                         until=remedy.applied_step if remedy else None)
         if fit and fit[0] > 0:
-            copy.rate_per_step, copy.rate_interval = fit[0], fit[1:]
+            share = rate_share(finding, findings)
+            copy.rate_per_step, copy.rate_interval = fit[0] * share, (fit[1] * share, fit[2] * share)
         grew = fit is None or fit[0] > 0  # shrank over the run: the rate at detection stays, none of it matters
     material = grew and (series is None or _material(copy, series, settings))
     copy.state, copy.reason = _state(copy, finding, findings, monitor, settings, material, grew)
     copy.severity = {"benign": None, "withdrawn": None, "minor": "minor"}.get(
         copy.state, "major" if material else "minor")
     return copy
+
+
+def rate_share(finding: Finding, findings: list[Finding]) -> float:
+    """The part of its metric's whole-run rate that is the finding's own: where leaks found together share a
+    metric (judging/diagnosis.py shared_rates), in proportion of the rates each had when found; else all."""
+    together = [f.detected_rate or 0.0 for f in findings if f.metric == finding.metric and not f.benign
+                and f.detected_step == finding.detected_step]
+    total = sum(together)
+    return (finding.detected_rate or 0.0) / total if len(together) > 1 and total > 0 else 1.0
 
 
 def _state(copy: Finding, finding: Finding, findings: list[Finding], monitor: Monitor, settings: Settings,
@@ -238,16 +248,22 @@ def projections(findings: list[Finding], monitor: Monitor, step: int, verifying:
     """Each leak without an effective remedy, projected onto every metric with a limit that it explains
     (a container's growth that explains resident memory is projected on resident memory, at that
     metric's own slope since the leak began), and onto those its supporting evidence still leaks on, at
-    their own rates. `verifying=False` leaves out leaks whose remedy is still being verified."""
+    their own rates; a leak that shares its metric with others found with it, at the metric's whole rate
+    (rate_share). `verifying=False` leaves out leaks whose remedy is still being verified. A metric that
+    another series covers (resident memory, under a cgroup limit that counts the cgroup's charge) is
+    projected onto that series instead, at its own slope since the leak began: the figure the limit is
+    compared with."""
     found = []
+    covering = {s.spec.covers: m for m, s in monitor.series.items() if s.spec.covers and s.spec.limit}
     for finding in findings:
         remedy = finding.remedy
         if finding.final_state != "leak" or (remedy and remedy.effective is None and not verifying):
             continue  # benign, remedied, minor or withdrawn: nothing to project
         rates = {other["metric"]: other["rate_per_step"] for other in finding.supporting
                  if other.get("state") == "leak" and other.get("rate_per_step") is not None}
-        rates[finding.metric] = finding.rate_per_step
-        for metric in dict.fromkeys((finding.metric, *finding.explains, *rates)):
+        share = rate_share(finding, findings)  # the metric grows by every leak found in it: its whole rate
+        rates[finding.metric] = finding.rate_per_step / share if share > 0 else finding.rate_per_step
+        for metric in dict.fromkeys(covering.get(m, m) for m in (finding.metric, *finding.explains, *rates)):
             series = monitor.series.get(metric)
             if series is None or not series.spec.limit:
                 continue

@@ -32,6 +32,11 @@ class RemedyOutcome:
     error: str | None = None
 
 
+#: Finding fields that stay in the process: what a remedy acts on, the remedy (serialized apart), what the
+#: diagnosis reads.
+LOCAL = frozenset({"subject", "remedy", "explains", "accounts"})
+
+
 @dataclass
 class Finding:
     """One diagnosed cause of growth. `reclaimed_by` names the cleanup that took the growth back (so the
@@ -65,6 +70,11 @@ class Finding:
     #: "points": [[step, value], ...]} (the autograd nodes a census counted at the window's two ends)
     proof: list[dict[str, Any]] = field(default_factory=list)
     subject: Any = field(default=None, repr=False, compare=False)
+    #: bytes of each explained metric's growth in the window that this finding's own evidence measured (the
+    #: new items of a container, a traced allocation site); a metric it explains but did not measure (a kept
+    #: graph's saved activations have no size a census reads) is not here. Never serialized: the diagnosis
+    #: reads it to let another proven cause claim the rest of the same metric (judging/diagnosis.py).
+    accounts: dict[str, float] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.cause not in CAUSES:
@@ -93,14 +103,14 @@ class Finding:
         return self.cause, self.metric, self.location
 
     def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("subject", "remedy", "explains")}
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in LOCAL}
         data["remedy"] = asdict(self.remedy) if self.remedy else None
         data["series"] = list(self.explains)  # the series that proved it (the plot's panels, the table's lines)
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Finding":
-        known = {f.name for f in fields(cls)} - {"subject", "remedy", "explains"}
+        known = {f.name for f in fields(cls)} - LOCAL
         remedy = data.get("remedy")
         fields_ = {k: v for k, v in data.items() if k in known}
         if fields_.get("rate_interval") is not None:
@@ -384,7 +394,8 @@ def render_text(summary: Summary) -> str:
         lines.append(f"rank {r.get('rank')}: verdict {r.get('verdict')}, {len(r.get('findings', []))} finding(s)")
     if summary.projected_limit_step is not None:
         limit = summary.memory_limit or {}
-        of = f" ({format_value(limit['bytes'], 'bytes')}, {limit['source']})" if limit.get("bytes") else ""
+        figure = f", against {limit['figure']}" if limit.get("figure") not in (None, "rss_bytes") else ""
+        of = f" ({format_value(limit['bytes'], 'bytes')}, {limit['source']}{figure})" if limit.get("bytes") else ""
         lines.append(f"\nprojected to reach the memory limit{of} at step {summary.projected_limit_step}")
     lines += [f"note: {n}" for n in summary.notes]
     lines += [f"switched off: {e['part']}: {e['error']}" for e in summary.errors]
@@ -518,8 +529,10 @@ def _ending(summary: Summary) -> list[str]:
         oom = summary.oom
         if oom.get("imminent"):
             source = f" ({oom['limit_source']})" if oom.get("limit_source") else ""
-            lines.append(f"OUT OF MEMORY IMMINENT at step {oom['step']}: resident memory "
-                         f"{format_value(oom.get('rss_bytes'), 'bytes')} of the memory limit "
+            figure = oom.get("figure") or "rss_bytes"
+            what = "resident memory" if figure == "rss_bytes" else figure
+            lines.append(f"OUT OF MEMORY IMMINENT at step {oom['step']}: {what} "
+                         f"{format_value(oom.get(figure), 'bytes')} of the memory limit "
                          f"{format_value(oom.get('limit_bytes'), 'bytes')}{source}")
         else:
             lines.append(f"OUT OF MEMORY at step {oom['step']}: {oom['error']}")
