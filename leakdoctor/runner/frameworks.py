@@ -96,10 +96,19 @@ def _torch_step(session: Session, optimizer: Any, args: Any, kwargs: Any) -> Non
         session.step(doctor)
 
 
+def with_others(kind: str, options: dict[str, Any]) -> dict[str, Any]:
+    """`options` with the integrations of the other frameworks this process imported (a torch loop that also
+    jits with JAX): the pytest plugin's doctor loads the same (in_process.py), so a bug gets one answer."""
+    from leakdoctor.runner import in_process
+
+    others = [in_process.integration_of(name) for name in in_process.imported() if name != kind]
+    return {**options, "integrations": [*options.get("integrations", ()), *others]} if others else options
+
+
 def _torch_doctor(optimizer: Any, **options: Any) -> Any:
     from leakdoctor.callbacks.torch import LeakDoctor
 
-    return LeakDoctor(model=model_of(optimizer), optimizer=optimizer, **options)
+    return LeakDoctor(model=model_of(optimizer), optimizer=optimizer, **with_others("torch", options))
 
 
 def model_of(optimizer: Any) -> Any:
@@ -293,7 +302,7 @@ def patch_mlx(session: Session, optimizers: ModuleType) -> None:
 def _mlx_doctor(model: Any, optimizer: Any, **options: Any) -> Any:
     from leakdoctor.callbacks.mlx import LeakDoctor
 
-    return LeakDoctor(model=model, optimizer=optimizer, **options)
+    return LeakDoctor(model=model, optimizer=optimizer, **with_others("mlx", options))
 
 
 def patch_mlx_compile(session: Session, core: ModuleType) -> None:
@@ -394,7 +403,7 @@ def patch_train_state(session: Session, module: ModuleType) -> None:
 def _jax_doctor(**options: Any) -> Any:
     from leakdoctor.callbacks.flax import LeakDoctor
 
-    return LeakDoctor(**options)
+    return LeakDoctor(**with_others("jax", options))
 
 
 def _traced(tree: Any) -> bool:

@@ -79,7 +79,7 @@ def imported() -> list[str]:
 def make_doctor(first: FirstStep, **options: Any) -> Any:
     """The loop doctor for this process's frameworks (see the module's docstring), with `options`."""
     frameworks = imported()
-    extra = [_integration(name) for name in frameworks[1:]]
+    extra = [integration_of(name) for name in frameworks[1:]]
     options["integrations"] = [*options.pop("integrations", ()), *extra]
     kind = frameworks[0] if frameworks else None
     if kind == "torch":
@@ -100,7 +100,7 @@ def make_doctor(first: FirstStep, **options: Any) -> Any:
     return LeakDoctor(**options)
 
 
-def _integration(name: str) -> Any:
+def integration_of(name: str) -> Any:
     """The integration of a framework imported beside the doctor's own (no model or optimizer of its own)."""
     if name == "torch":
         from leakdoctor.integrations import torch as part
