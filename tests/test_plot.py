@@ -186,6 +186,9 @@ def test_the_stop_and_a_keras_runs_calls_are_marked_on_every_panel():
         assert "end of each fit/evaluate/predict call" in labels, labels
 
 
+KEEP_LINE = next(i for i, text in enumerate(open(__file__, encoding="utf-8"), 1) if text.rstrip().endswith("# KEEP"))
+
+
 def outputs_kept_in_a_local_list(steps: int = 300) -> dict:
     """A torch loop keeping each step's (16, 10) output, with its graph, in a list of the loop: nothing
     watches the list, so no series holds what proves the retained graph but the census's nodes."""
@@ -208,21 +211,35 @@ def outputs_kept_in_a_local_list(steps: int = 300) -> dict:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            outputs.append(out)
+            outputs.append(out)  # KEEP
             doctor.step()
     return doctor.summary.to_dict()
 
 
-def test_a_retained_graph_proven_by_autograd_nodes_gets_a_panel_of_those_nodes():
-    from helpers import counts, isolated
+def test_outputs_kept_in_a_local_list_are_a_retained_graph_at_their_line():
+    """Kept outputs whose activations backward() freed grow resident memory by a few hundred bytes a step:
+    too slow to raise a suspicion, the graphs are still proven, at the line that keeps them (an
+    investigation's census, or the last look at finish()), at least as a minor finding."""
+    from helpers import isolated, kept
 
     data = isolated(outputs_kept_in_a_local_list)
-    [found] = [f for f in data["findings"] if f["cause"] == "retained_graph" and counts(f)]
-    [proof] = found["proof"]
-    (first, before), (last, after) = proof["points"]
-    assert proof["name"] == "autograd nodes" and first < last and after > before, proof
-    fig = figure(Summary.from_dict(data))
+    found = [f for f in kept(data) if f["cause"] == "retained_graph"]
+    assert found and f"tests/test_plot.py:{KEEP_LINE})" in found[0]["location"], data["findings"]
+    assert data["verdict"] in ("clean", "leak") and found[0]["severity"] in ("major", "minor")
+
+
+def test_a_retained_graph_proven_by_autograd_nodes_gets_a_panel_of_those_nodes():
+    """A finding whose proof no series holds (the autograd nodes an investigation's census counted at its
+    two ends) gets its own panel, with the finding's marks; resident memory's panel shows nothing more."""
+    proof = [{"name": "autograd nodes", "unit": "count", "points": [(40, 1200), (48, 1296)]}]
+    found = Finding("retained_graph", "rss_bytes", first_step=21, detected_step=48, rate_per_step=600.0,
+                    unit="bytes", location="train.py:12", evidence="", recommendation="", proof=proof)
+    summary = Summary("torch", 300, {"rss_bytes": series("bytes", "flat", [300 * MIB] * 30)}, [found],
+                      settings={"warmup": 20})
+    data = Summary.from_dict(summary.to_dict())
+    fig = figure(data)
     panels = {ax.get_title(loc="left"): ax for ax in fig.axes}
     ax = panels["autograd nodes: proves retained_graph"]
-    assert f"retained_graph: detected (step {found['detected_step']})" in legend_labels(ax), legend_labels(ax)
-    assert list(ax.lines[0].get_xdata()) == [first, last]
+    assert "retained_graph: detected (step 48)" in legend_labels(ax), legend_labels(ax)
+    assert list(ax.lines[0].get_xdata()) == [40, 48]
+    assert list(ax.lines[0].get_ydata()) == [1200, 1296]
