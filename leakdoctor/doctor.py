@@ -119,6 +119,7 @@ class LeakDoctor:
         # (an exporter), a gauge added mid-run. Reentrant, so that a signal handler that finishes the
         # doctor in the middle of a step does not wait for itself.
         self._lock = threading.RLock()
+        _LIVE.add(self)  # a fork re-creates the lock in the child (_new_locks_in_child)
         # The exporter last but for the registrations: a bad port raises here, with nothing registered.
         self._publisher = self._new_publisher()
         self._register_ending()
@@ -533,6 +534,23 @@ def _finish_unattended(cls: type, state: dict[str, Any], how: str, exception: Ba
         print(f"leakdoctor: could not finish the doctor ({how}): {type(err).__name__}: {err}", file=sys.stderr)
     finally:
         termination.unregister(doctor)
+
+
+#: The doctors of this process, for _new_locks_in_child (weak: a dropped doctor is still collected).
+_LIVE: "weakref.WeakSet[LeakDoctor]" = weakref.WeakSet()
+
+
+def _new_locks_in_child() -> None:
+    """In a forked child, a fresh lock for every doctor: the fork may have come while the sampler thread
+    held the parent's (writing the post-mortem at the memory alarm), and that thread does not exist in
+    the child, so the inherited lock would stay held for good and the child's first step() would wait on
+    it forever (a DataLoader or multiprocessing worker that steps the inherited doctor)."""
+    for doctor in list(_LIVE):
+        doctor.__dict__["_lock"] = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks_in_child)
 
 
 def _child_finalizer(finish: Callable[[], Any]) -> Any:
