@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import math
 import os
 import sys
 import threading
@@ -250,8 +251,12 @@ class LeakDoctor:
     def _work(self, context: Mapping[str, Any]) -> None:
         """The part of a step that does something: remedies, and a sample when one is due."""
         start = time.perf_counter()
-        if self._result is not None or "leakdoctor" in self._guard.off:
+        if self._result is not None:
             self._idle = False
+            return
+        if "leakdoctor" in self._guard.off:  # switched off: steps are still counted, on the countdown's path
+            self._step += 1
+            self._countdown, self._idle = math.inf, True
             return
         # The doctor's CPU time is this thread's, measured: its wall time would overstate it on a busy
         # machine (preempted mid-sample), and taken off the process's CPU time it would hide the user's
@@ -421,7 +426,7 @@ class LeakDoctor:
             return
         findings = self._clinic.findings
         verdict = verdict_of(findings)
-        if verdict == "clean" and report.unwatched(self.settings, self._step):
+        if verdict == "clean" and report.unwatched(self.settings, self._step, self._guard.engine_error()):
             verdict = "unwatched"
         self._publisher.publish(self._step, self.readings, findings,
                                 report.projection(findings, self._monitor, self._step), self._overhead(), verdict)
@@ -446,14 +451,15 @@ class LeakDoctor:
             memory_limit=self._limit_of(first.metric if first else "rss_bytes"),
             stopped=self._limit_watch.stopped,
             stopped_by=self._limit_watch.stopped_by,
-            unwatched=report.unwatched(self.settings, self._step),
+            unwatched=report.unwatched(self.settings, self._step, self._guard.engine_error()),
         )
 
     def _bare_summary(self) -> Summary:
         return Summary(self.framework, self._step, {}, list(self._clinic.findings), notes=list(self._clinic.notes),
                        errors=list(self._guard.errors), rank=self.settings.rank, version=__version__,
                        memory_limit=self._memory.record(), stopped=self._limit_watch.stopped,
-                       stopped_by=self._limit_watch.stopped_by)
+                       stopped_by=self._limit_watch.stopped_by,
+                       unwatched=report.unwatched(self.settings, self._step, self._guard.engine_error()))
 
     def _limit_of(self, metric: str) -> dict[str, Any] | None:
         """The summary's `memory_limit` entry for a metric: which limit it was held to, and why."""

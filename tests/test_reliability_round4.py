@@ -6,9 +6,13 @@ with the fixed behaviour asserted. Scenarios that fork or measure run in a fresh
 
 from __future__ import annotations
 
+import json
+
+import pytest
 from helpers import isolated
 
 from leakdoctor import LeakDoctor
+from leakdoctor.settings import Settings
 
 # --- 1. a fork while the sampler thread holds the doctor's lock -------------------------------------------
 
@@ -55,3 +59,59 @@ def test_a_child_forked_while_the_sampler_thread_writes_does_not_hang(tmp_path):
     result = isolated(fork_while_the_thread_writes, 20, str(tmp_path), timeout=300)
     assert result["held"] >= 1, result  # the fork did come while the thread held the lock
     assert result["hung"] == 0, result
+
+
+# --- 5. a doctor whose engine switched itself off is not clean --------------------------------------------
+
+def engine_off_at_step_one(path: str) -> dict:
+    """A real 100 kB/step leak, watched by a doctor whose engine fails at its first sample: an integration's
+    probe answers an array where a number belongs, which the engine (not the probe's guarded read) trips
+    on."""
+    import warnings
+
+    import numpy as np
+
+    from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec
+
+    odd = Integration("odd", probes=[FunctionProbe("odd", lambda: {"odd": np.array([1.0, 2.0])},
+                                                   {"odd": MetricSpec("odd")})])
+    kept = []
+    with warnings.catch_warnings(record=True):
+        with LeakDoctor(integrations=[odd], summary_path=path, memory_limit="2GiB", warmup=5, window=4,
+                        overhead=1.0, verbose=False) as doctor:
+            for _ in range(300):
+                kept.append(np.ones(12_500))  # 100 kB a step, kept
+                doctor.step()
+    summary = doctor.summary
+    return {"verdict": summary.verdict, "unwatched": summary.unwatched, "errors": summary.errors,
+            "steps": summary.steps}
+
+
+def test_a_doctor_whose_engine_switched_off_is_unwatched_not_clean(tmp_path):
+    from leakdoctor.cli import main
+
+    path = tmp_path / "leaks.json"
+    result = isolated(engine_off_at_step_one, str(path))
+    assert result["steps"] == 300, result
+    assert [e["part"] for e in result["errors"]] == ["leakdoctor"], result  # the engine itself failed
+    assert result["verdict"] == "unwatched", result
+    assert result["errors"][0]["error"] in result["unwatched"]["reason"], result
+    assert main(["report", str(path)]) == 3  # not a pass for a CI gate
+    assert json.loads(path.read_text())["unwatched"]["reason"] == result["unwatched"]["reason"]
+
+
+@pytest.mark.parametrize("option, value", [
+    ("horizon", 10**400), ("warmup", 2**51), ("window", 10**400), ("investigate_steps", 10**400),
+    ("verify_windows", 10**400), ("rank", 10**400), ("limit_margin", 10**400),
+    ("heartbeat", 10**400), ("heartbeat", 1e-300), ("prometheus_linger", 10**400),
+    ("memory_limit", 8), ("memory_limit", "0.0000001B"), ("memory_limit", "512KiB"),
+], ids=lambda v: "10**400" if isinstance(v, int) and v > 10**100 else str(v))
+def test_numeric_options_out_of_range_are_refused_by_name(option, value):
+    with pytest.raises(ValueError, match=rf"^{option}="):
+        LeakDoctor(verbose=False, **{option: value})
+
+
+def test_numeric_options_at_their_bounds_are_taken():
+    settings = Settings.create(horizon=10**12, heartbeat=0.01, memory_limit="1MiB", limit_margin=10**12,
+                               prometheus_linger=0)
+    assert (settings.horizon, settings.heartbeat, settings.memory_limit) == (10**12, 0.01, 2**20)

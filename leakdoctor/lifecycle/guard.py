@@ -10,6 +10,10 @@ from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
 
+#: The guard's names for the engine itself (the step's work, concluding at finish(), building the summary),
+#: as opposed to one probe, forensic or remedy: one of these switched off means the run was not watched.
+ENGINE = ("leakdoctor", "finish", "summary")
+
 
 class LeakDoctorWarning(RuntimeWarning):
     """Something in leakdoctor failed or was switched off; the training run goes on."""
@@ -30,6 +34,11 @@ class Guard:
         except Exception as err:  # noqa: BLE001 - the user's run must go on whatever a part raises
             self.disable(part, f"{type(err).__name__}: {err}")
             return default
+
+    def engine_error(self) -> dict[str, str] | None:
+        """The first error that switched the engine itself off (ENGINE), or None while it runs: a run
+        whose engine is off was not watched, whatever it found before (never called clean)."""
+        return next((e for e in self.errors if e["part"] in ENGINE), None)
 
     def disable(self, part: str, reason: str) -> None:
         """Switch `part` off and report why, once."""
