@@ -211,8 +211,9 @@ class LeakDoctor:
 
     def watch(self, name: str, gauge: Callable[[], float], unit: str = "count", timeout: float = 1.0) -> None:
         """Track a user gauge every step, e.g. `doctor.watch("nodes", lambda: len(graph.nodes))`. A gauge is
-        paced by its measured cost, like a probe; one whose call takes more than `timeout` seconds (or
-        hangs) is switched off with a warning, and the loop goes on (leakdoctor/reading/gauges.py)."""
+        paced by its measured cost, like a probe, and called on a worker thread; one whose call takes more
+        than `timeout` seconds (or hangs, at any call) is switched off with a warning, and the loop goes on
+        after at most `timeout` seconds (leakdoctor/reading/gauges.py)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"watch: name {name!r} must be a non-empty string")
         if self._probes.known(name) or self._watchlist.has(name):
@@ -222,8 +223,9 @@ class LeakDoctor:
             raise ValueError(f"watch({name!r}): gauge must be a callable returning a number, got {gauge!r}")
         if unit not in UNITS:
             raise ValueError(f"watch({name!r}): unit {unit!r}, expected one of {UNITS}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
-            raise ValueError(f"watch({name!r}): timeout={timeout!r}, expected seconds > 0, e.g. 1.0")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
+            raise ValueError(f"watch({name!r}): timeout={timeout!r:.40}, expected seconds > 0 (at most a day), "
+                             f"e.g. 1.0")
         with self._lock:
             self._watchlist.add_gauge(name, gauge, unit, float(timeout))
 

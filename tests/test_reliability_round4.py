@@ -115,3 +115,86 @@ def test_numeric_options_at_their_bounds_are_taken():
     settings = Settings.create(horizon=10**12, heartbeat=0.01, memory_limit="1MiB", limit_margin=10**12,
                                prometheus_linger=0)
     assert (settings.horizon, settings.heartbeat, settings.memory_limit) == (10**12, 0.01, 2**20)
+
+
+# --- 6. gauges: every call bounded by its timeout; slow gauges within the investigations' budget ------------
+
+def gauge_quick_then_hanging(steps: int) -> dict:
+    """A gauge that answers quickly three times and then hangs for good (a lock taken elsewhere), with a
+    timeout of 1 s, beside a quick one."""
+    import threading
+    import time
+    import warnings
+
+    calls, never = [0], threading.Event()
+
+    def then_hangs() -> float:
+        calls[0] += 1
+        if calls[0] > 3:
+            never.wait()
+        return 1.0
+
+    with warnings.catch_warnings(record=True):
+        doctor = LeakDoctor(verbose=False, overhead=1.0)
+        doctor.watch("then_hangs", then_hangs, timeout=1.0)
+        doctor.watch("quick", lambda: 3.0)
+        for _ in range(steps):
+            time.sleep(0.001)
+            doctor.step()
+        summary = doctor.finish()
+    return {"steps": summary.steps, "errors": [e["part"] for e in summary.errors], "calls": calls[0],
+            "quick": summary.series["quick"].end}
+
+
+def test_a_gauge_that_was_quick_and_then_hangs_does_not_block_the_loop():
+    result = isolated(gauge_quick_then_hanging, 100, timeout=120)
+    assert result["steps"] == 100, result
+    assert result["errors"] == ["gauge 'then_hangs'"] and result["calls"] == 4, result
+    assert result["quick"] == 3.0, result
+
+
+def slow_gauges_and_a_leak(gauges: int, steps: int) -> dict:
+    """A real 100 kB/step leak, investigated, beside `gauges` gauges of 50 ms each (within their timeout):
+    how often each gauge was called, and the most calls made within one step."""
+    import collections
+    import time
+    import warnings
+
+    import numpy as np
+
+    calls: collections.Counter = collections.Counter()
+    in_step: collections.Counter = collections.Counter()
+    step = [0]
+
+    def slow(i: int):
+        def gauge() -> float:
+            calls[i] += 1
+            in_step[step[0]] += 1
+            time.sleep(0.05)
+            return 1.0
+        return gauge
+
+    kept = []
+    with warnings.catch_warnings(record=True):
+        doctor = LeakDoctor(verbose=False, overhead=1.0, warmup=5, window=4, memory_limit="2GiB")
+        for i in range(gauges):
+            doctor.watch(f"slow{i}", slow(i))
+        for step[0] in range(steps):
+            kept.append(np.ones(12_500))
+            time.sleep(0.002)
+            doctor.step()
+        summary = doctor.finish()
+    return {"verdict": summary.verdict, "investigations": summary.overhead["investigations"],
+            "most_calls": max(calls.values()), "gauges_called": len(calls),
+            "most_in_one_step": max(in_step.values()), "errors": summary.errors}
+
+
+def test_slow_gauges_are_not_read_again_and_again_by_investigations():
+    gauges = 20
+    result = isolated(slow_gauges_and_a_leak, gauges, 200, timeout=300)
+    assert result["verdict"] == "leak" and result["investigations"] >= 1, result
+    assert result["gauges_called"] == gauges and not result["errors"], result  # every gauge was read
+    # each ladder (3 an investigation, 3+ readings each) read every gauge afresh (10 calls a gauge for one
+    # investigation): now a slow gauge is read by a ladder at most once
+    assert result["most_calls"] <= 1 + 3 * result["investigations"], result
+    assert result["most_in_one_step"] <= gauges // 4, result  # a read's budget spreads the gauges over steps
