@@ -48,6 +48,14 @@ class Guard:
         self.errors.append({"part": part, "error": reason})
         warn(f"leakdoctor: {part} failed ({reason}); switched off for the rest of the run", stacklevel=5)
 
+    def failed_once(self, part: str, reason: str, then: str) -> None:
+        """Report that `part` failed (`then`: what it does next), once a run, and leave it on: for a part
+        that tries again (the heartbeat's writes, after a disk was full for a moment)."""
+        if any(e["part"] == part for e in self.errors):
+            return
+        self.errors.append({"part": part, "error": reason})
+        warn(f"leakdoctor: {part} failed ({reason}); {then}", stacklevel=5)
+
 
 def warn(message: str, stacklevel: int = 2) -> None:
     """Issue a LeakDoctorWarning at the user's line that led to it (the innermost frame of the user's own
