@@ -198,3 +198,25 @@ def test_slow_gauges_are_not_read_again_and_again_by_investigations():
     # investigation): now a slow gauge is read by a ladder at most once
     assert result["most_calls"] <= 1 + 3 * result["investigations"], result
     assert result["most_in_one_step"] <= gauges // 4, result  # a read's budget spreads the gauges over steps
+
+
+# --- 7. smaller ---------------------------------------------------------------------------------------------
+
+def test_report_into_a_pipe_closed_early_ends_quietly(tmp_path):
+    """`leakdoctor report f.json | head`: the reader is gone before the report is printed."""
+    import subprocess
+    import sys
+
+    from procs import env
+
+    path = tmp_path / "leaks.json"
+    with LeakDoctor(summary_path=path, verbose=False) as doctor:
+        for _ in range(5):
+            doctor.step()
+    expected = 3  # 5 steps: unwatched
+    process = subprocess.Popen([sys.executable, "-m", "leakdoctor", "report", str(path)], env=env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # as `head` does once it has its lines (here: before any)
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=120) == expected, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
