@@ -330,11 +330,12 @@ class LeakDoctor:
         summary = self._guard.call("post-mortem", oom.post_mortem, summary, exception, self._step, self._clinic.sites,
                                    self._monitor, self._snapshot) or summary
         summary = self._guard.call("complete summary", self._complete, summary, exception) or summary
+        summary = _with_errors(summary, self._guard)  # a failed gathering of the ranks' summaries too
         self._result = summary
         if self._publisher is not None:  # the final values: pushed if asked, served for the linger
             self._guard.call("prometheus", self._publish, summary)
             exporter.conclude(self._publisher, self.settings, self._guard)
-            summary.errors = list(self._guard.errors)  # a failed push is in the summary written next
+            summary.errors = _with_errors(summary, self._guard).errors  # a failed push: in the summary written next
         self._emit(summary)
         termination.unregister(self)  # only now: a SIGTERM while finishing still finds it
         return summary
@@ -503,6 +504,13 @@ class LeakDoctor:
     def _say(self, message: str) -> None:
         if self.settings.verbose and self.settings.rank == 0:
             print(f"leakdoctor: {message}", file=sys.stderr)
+
+
+def _with_errors(summary: Summary, guard: Guard) -> Summary:
+    """`summary` with this doctor's errors that came after it was built (the post-mortem, the gathering of
+    the ranks' summaries, the push), added after those it holds (a merged summary's, of every rank)."""
+    late = [e for e in guard.errors if e not in summary.errors]
+    return dataclasses.replace(summary, errors=[*summary.errors, *late]) if late else summary
 
 
 class _Late:

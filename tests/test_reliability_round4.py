@@ -220,3 +220,44 @@ def test_report_into_a_pipe_closed_early_ends_quietly(tmp_path):
     err = process.stderr.read().decode()
     assert process.wait(timeout=120) == expected, err
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def gather_without_the_other_rank(rank: int, port: int, folder: str, conn: object) -> None:
+    """Two gloo ranks; rank 1 steps, reports, and dies before finish() (os._exit: its end of the
+    connection closes), so rank 0's gathering of the summaries fails."""
+    import os
+    import time
+    import warnings
+
+    import torch.distributed as dist
+
+    from helpers import report_to
+
+    warnings.filterwarnings("ignore")
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    from leakdoctor.callbacks.torch import LeakDoctor as TorchDoctor
+
+    doctor = TorchDoctor(summary_path=os.path.join(folder, "leaks.json"), verbose=False)
+    for _ in range(30):
+        doctor.step()
+    dist.barrier()
+    if rank == 1:
+        report_to(conn, lambda: {"rank": 1})
+        os._exit(0)
+
+    def finish() -> dict:
+        time.sleep(1.0)  # rank 1 is gone by now
+        summary = doctor.finish()
+        written = json.loads(open(os.path.join(folder, "leaks.json")).read())
+        return {"errors": summary.errors, "written": written["errors"]}
+
+    report_to(conn, finish)
+
+
+def test_a_failed_gathering_on_rank_0_is_in_the_summarys_errors(tmp_path):
+    from helpers import run_ranks
+
+    result = run_ranks(gather_without_the_other_rank, str(tmp_path), timeout=240)[0]
+    parts = [e["part"] for e in result["errors"]]
+    assert "complete summary" in parts, result  # the gathering failed, and the summary says so
+    assert [e["part"] for e in result["written"]] == parts, result  # in the file written too
