@@ -261,3 +261,45 @@ def test_a_failed_gathering_on_rank_0_is_in_the_summarys_errors(tmp_path):
     parts = [e["part"] for e in result["errors"]]
     assert "complete summary" in parts, result  # the gathering failed, and the summary says so
     assert [e["part"] for e in result["written"]] == parts, result  # in the file written too
+
+
+def unfinished_doctors_under_ulimit(limit: int, doctors: int, folder: str) -> dict:
+    """Under a real `ulimit -n <limit>`: `doctors` inline doctors that step and stay referenced, never
+    finished (more of them than the limit), then the user's own code opens as many files as the limit
+    leaves room for beside one doctor's descriptor."""
+    import resource
+    import warnings
+    from pathlib import Path
+
+    import psutil
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+    used = psutil.Process().num_fds()
+    kept = []
+    with warnings.catch_warnings(record=True):
+        for _ in range(doctors):
+            doctor = LeakDoctor(sampler="inline", verbose=False, overhead=1.0)
+            for _ in range(3):
+                doctor.step()
+            kept.append(doctor)
+    held = psutil.Process().num_fds() - used
+    room = limit - used - 1  # all but one descriptor, the doctors'
+    files = []
+    try:
+        for i in range(room):
+            files.append(open(Path(folder) / f"user-{i}.txt", "w"))
+    except OSError as err:
+        return {"opened": len(files), "room": room, "held": held, "error": str(err)}
+    finally:
+        for fh in files:
+            fh.close()
+    read = all(d.readings.get("rss_bytes", 0) > 0 for d in kept)
+    return {"opened": len(files), "room": room, "held": held, "read": read}
+
+
+def test_doctors_never_finished_share_one_descriptor(tmp_path):
+    result = isolated(unfinished_doctors_under_ulimit, 64, 100, str(tmp_path))
+    assert result["held"] <= 1, result
+    assert result["opened"] == result["room"] > 10, result
+    assert result["read"], result
