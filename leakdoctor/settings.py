@@ -305,7 +305,8 @@ OPTIONS: tuple[Option, ...] = (
            "sampled steps (a rise wakes the next step, whatever the stride; near the memory limit it writes the "
            "post-mortem at once, even in a long step); `inline`, on the sampled steps only; `auto`, the thread "
            "while its CPU budget (0.4% of a core) buys a reading a window, else it watches the memory limit only "
-           "(short steps where a thread's wake-up is dear), and no thread under RLIMIT_AS",
+           "(short steps where a thread's wake-up is dear; no thread when there is no limit to watch, i.e. no "
+           "`summary_path`), and no thread under RLIMIT_AS",
            '`"auto"`, `"thread"` or `"inline"`', _sampler),
     Option("verbose", True, "print alerts and the summary on stderr (rank 0 only)", "True or False", _bool),
     Option("rank", 0, "this process's rank: only rank 0 prints and writes `summary_path` (torch, Lightning and "

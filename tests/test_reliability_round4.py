@@ -303,3 +303,32 @@ def test_doctors_never_finished_share_one_descriptor(tmp_path):
     assert result["held"] <= 1, result
     assert result["opened"] == result["room"] > 10, result
     assert result["read"], result
+
+
+def unfinished_auto_doctors(doctors: int) -> dict:
+    """`doctors` doctors with the default sampler, stepped with short steps (where the sampler thread's
+    budget buys no reading a window) and no summary path (no memory limit to write a post-mortem at), kept
+    referenced and never finished: the sampler threads still alive."""
+    import threading
+    import time
+
+    kept = [LeakDoctor(verbose=False, overhead=1.0) for _ in range(doctors)]
+    deadline = time.monotonic() + 1.0  # short steps, while each thread measures its cost per reading
+    while time.monotonic() < deadline:
+        for doctor in kept:
+            doctor.step()
+
+    def alive() -> int:
+        return sum(t.name == "leakdoctor-sampler" and t.is_alive() for t in threading.enumerate())
+
+    deadline = time.monotonic() + 20  # a thread (re)started by the last steps measures its cost first
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    modes = {d.summary.overhead.get("sampling") for d in kept}
+    return {"alive": alive(), "modes": sorted(modes)}
+
+
+def test_doctors_never_finished_with_nothing_to_watch_on_a_thread_hold_none():
+    result = isolated(unfinished_auto_doctors, 10, timeout=300)
+    assert result["modes"] == ["inline"], result
+    assert result["alive"] == 0, result
