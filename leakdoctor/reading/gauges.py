@@ -200,7 +200,8 @@ class Gauges:
         return self._read(due_only=True)
 
     def read_now(self) -> Mapping[str, float]:
-        """Every gauge, due or not (the cleanup ladder's fresh readings)."""
+        """Every gauge, due or not (the cleanup ladder's readings): called afresh where that is cheap
+        (_Gauge.fresh_for_ladder), else its latest value."""
         return self._read(due_only=False)
 
     def _read(self, due_only: bool) -> dict[str, float]:
