@@ -216,3 +216,23 @@ def test_after_a_failed_write_the_heartbeat_tries_again_and_writes_once_the_disk
     assert written is not None and written["complete"] is False, "the heartbeat stayed off after one failure"
     assert errors.count("heartbeat") == 1, errors  # reported once
     assert json.loads(path.read_text())["complete"] is True  # and the final summary is written there too
+
+
+def test_the_shortest_heartbeat_takes_a_small_share_of_the_run():
+    """heartbeat=0.01 (the shortest allowed) on 1 ms steps: a write costs milliseconds, so writing every
+    10 ms took most of the run (heartbeat=1e-300 made one 9x slower); the writes are spread to a share."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        with LeakDoctor(summary_path=Path(folder) / "leaks.json", heartbeat=0.01, overhead=1.0,
+                        verbose=False) as doctor:
+            start = time.perf_counter()
+            for _ in range(1500):
+                busy = time.perf_counter()
+                while time.perf_counter() - busy < 0.001:
+                    pass
+                doctor.step()
+            wall = time.perf_counter() - start
+            beat = doctor._heartbeat
+            assert beat.writes >= 2, beat.writes  # it does write while the run goes
+            assert beat.seconds / wall < 0.1, (beat.seconds, wall, beat.writes)

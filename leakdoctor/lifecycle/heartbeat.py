@@ -11,7 +11,8 @@ findings so far), which every later write keeps. `finish()` writes the final one
 Cheap on purpose: it is asked only on the steps that do work anyway (a sample), with the clock the step
 already read; the findings are compared only while the clinic works on them or their number changed;
 a write (a summary built, a file renamed into place) happens at most once a heartbeat besides the rare
-findings' changes and the one post-mortem. A write that fails (a disk full or read-only for a moment) is
+findings' changes and the one post-mortem, and the timed writes take at most WRITE_SHARE of the run's time
+(a heartbeat shorter than 50 times a write is stretched). A write that fails (a disk full or read-only for a moment) is
 reported once through the guard (part "heartbeat"), and tried again with a backoff (FIRST_BACKOFF seconds,
 doubled after each failure up to the heartbeat, or MAX_BACKOFF without one); the run goes on.
 """
@@ -42,6 +43,9 @@ PART = "heartbeat"
 #: heartbeat (MAX_BACKOFF without one).
 FIRST_BACKOFF = 1.0
 MAX_BACKOFF = 300.0
+#: The share of the run's time the timed writes may take: a write (a summary built, a file renamed into
+#: place) costs milliseconds, so a heartbeat shorter than 1/WRITE_SHARE writes is stretched to that.
+WRITE_SHARE = 0.02
 
 
 class Heartbeat:
@@ -135,8 +139,8 @@ class Heartbeat:
         written = self.guard.call(PART, self._attempt, default=False)
         end = self._clock()
         self.seconds += end - start
-        if self.interval is not None:
-            self.due = end + self.interval
+        if self.interval is not None:  # at most WRITE_SHARE of the time, however short the heartbeat
+            self.due = end + max(self.interval, (end - start) / WRITE_SHARE)
         return bool(written)
 
     def _attempt(self) -> bool:
