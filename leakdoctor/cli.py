@@ -73,15 +73,36 @@ def _report(args: argparse.Namespace) -> int:
     except Exception as err:  # noqa: BLE001 - whatever the file holds, the answer is one line and exit 2
         print(clean(f"leakdoctor report: cannot read {args.summary}: {err}"), file=sys.stderr)
         return 2
-    print(text)
+    if not _print(text):
+        return _status(summary, args)
     if args.plot:
         try:
             summary.plot(args.plot)
         except (ImportError, OSError, ValueError, TypeError) as err:
             print(clean(f"leakdoctor report: cannot plot to {args.plot}: {err}"), file=sys.stderr)
             return 2
-        print(f"plot written to {args.plot}")
+        _print(f"plot written to {args.plot}")
+    return _status(summary, args)
+
+
+def _status(summary: Any, args: argparse.Namespace) -> int:
+    """report's exit status: 1 for a leak, 3 for an unwatched run, else 0."""
     return 1 if summary.fails(args.fail_on_leak) else 3 if summary.verdict == "unwatched" else 0
+
+
+def _print(text: str) -> bool:
+    """Print to stdout; False if the reader went away (`leakdoctor report f.json | head`): then stdout
+    is pointed at /dev/null, so that neither this print nor the flush at exit ends in a traceback."""
+    try:
+        print(text, flush=True)
+        return True
+    except BrokenPipeError:
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return False
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import math
 import os
 import sys
 import threading
@@ -122,6 +123,7 @@ class LeakDoctor:
         # (an exporter), a gauge added mid-run. Reentrant, so that a signal handler that finishes the
         # doctor in the middle of a step does not wait for itself.
         self._lock = threading.RLock()
+        _LIVE.add(self)  # a fork re-creates the lock in the child (_new_locks_in_child)
         # The exporter last but for the registrations: a bad port raises here, with nothing registered.
         self._publisher = self._new_publisher()
         self._register_ending()
@@ -212,8 +214,9 @@ class LeakDoctor:
 
     def watch(self, name: str, gauge: Callable[[], float], unit: str = "count", timeout: float = 1.0) -> None:
         """Track a user gauge every step, e.g. `doctor.watch("nodes", lambda: len(graph.nodes))`. A gauge is
-        paced by its measured cost, like a probe; one whose call takes more than `timeout` seconds (or
-        hangs) is switched off with a warning, and the loop goes on (leakdoctor/reading/gauges.py)."""
+        paced by its measured cost, like a probe, and called on a worker thread; one whose call takes more
+        than `timeout` seconds (or hangs, at any call) is switched off with a warning, and the loop goes on
+        after at most `timeout` seconds (leakdoctor/reading/gauges.py)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"watch: name {name!r} must be a non-empty string")
         if self._probes.known(name) or self._watchlist.has(name):
@@ -223,8 +226,9 @@ class LeakDoctor:
             raise ValueError(f"watch({name!r}): gauge must be a callable returning a number, got {gauge!r}")
         if unit not in UNITS:
             raise ValueError(f"watch({name!r}): unit {unit!r}, expected one of {UNITS}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
-            raise ValueError(f"watch({name!r}): timeout={timeout!r}, expected seconds > 0, e.g. 1.0")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
+            raise ValueError(f"watch({name!r}): timeout={timeout!r:.40}, expected seconds > 0 (at most a day), "
+                             f"e.g. 1.0")
         with self._lock:
             self._watchlist.add_gauge(name, gauge, unit, float(timeout))
 
@@ -252,8 +256,12 @@ class LeakDoctor:
     def _work(self, context: Mapping[str, Any]) -> None:
         """The part of a step that does something: remedies, and a sample when one is due."""
         start = time.perf_counter()
-        if self._result is not None or "leakdoctor" in self._guard.off:
+        if self._result is not None:
             self._idle = False
+            return
+        if "leakdoctor" in self._guard.off:  # switched off: steps are still counted, on the countdown's path
+            self._step += 1
+            self._countdown, self._idle = math.inf, True
             return
         # The doctor's CPU time is this thread's, measured: its wall time would overstate it on a busy
         # machine (preempted mid-sample), and taken off the process's CPU time it would hide the user's
@@ -328,11 +336,12 @@ class LeakDoctor:
         summary = self._guard.call("post-mortem", oom.post_mortem, summary, exception, self._step, self._clinic.sites,
                                    self._monitor, self._snapshot) or summary
         summary = self._guard.call("complete summary", self._complete, summary, exception) or summary
+        summary = _with_errors(summary, self._guard)  # a failed gathering of the ranks' summaries too
         self._result = summary
         if self._publisher is not None:  # the final values: pushed if asked, served for the linger
             self._guard.call("prometheus", self._publish, summary)
             exporter.conclude(self._publisher, self.settings, self._guard)
-            summary.errors = list(self._guard.errors)  # a failed push is in the summary written next
+            summary.errors = _with_errors(summary, self._guard).errors  # a failed push: in the summary written next
         self._emit(summary)
         termination.unregister(self)  # only now: a SIGTERM while finishing still finds it
         return summary
@@ -426,7 +435,7 @@ class LeakDoctor:
             return
         findings = self._clinic.findings
         verdict = verdict_of(findings)
-        if verdict == "clean" and report.unwatched(self.settings, self._step):
+        if verdict == "clean" and report.unwatched(self.settings, self._step, self._guard.engine_error()):
             verdict = "unwatched"
         self._publisher.publish(self._step, self.readings, findings,
                                 report.projection(findings, self._monitor, self._step), self._overhead(), verdict)
@@ -451,14 +460,15 @@ class LeakDoctor:
             memory_limit=self._limit_of(first.metric if first else "rss_bytes"),
             stopped=self._limit_watch.stopped,
             stopped_by=self._limit_watch.stopped_by,
-            unwatched=report.unwatched(self.settings, self._step),
+            unwatched=report.unwatched(self.settings, self._step, self._guard.engine_error()),
         )
 
     def _bare_summary(self) -> Summary:
         return Summary(self.framework, self._step, {}, list(self._clinic.findings), notes=list(self._clinic.notes),
                        errors=list(self._guard.errors), rank=self.settings.rank, version=__version__,
                        memory_limit=self._memory.record(), stopped=self._limit_watch.stopped,
-                       stopped_by=self._limit_watch.stopped_by)
+                       stopped_by=self._limit_watch.stopped_by,
+                       unwatched=report.unwatched(self.settings, self._step, self._guard.engine_error()))
 
     def _limit_of(self, metric: str) -> dict[str, Any] | None:
         """The summary's `memory_limit` entry for a metric: which limit it was held to, and why."""
@@ -502,6 +512,13 @@ class LeakDoctor:
             print(f"leakdoctor: {message}", file=sys.stderr)
 
 
+def _with_errors(summary: Summary, guard: Guard) -> Summary:
+    """`summary` with this doctor's errors that came after it was built (the post-mortem, the gathering of
+    the ranks' summaries, the push), added after those it holds (a merged summary's, of every rank)."""
+    late = [e for e in guard.errors if e not in summary.errors]
+    return dataclasses.replace(summary, errors=[*summary.errors, *late]) if late else summary
+
+
 class _Late:
     """A method of the doctor called through the doctor's state: on a stand-in sharing its __dict__, so
     that the parts that call back (the clinic's messages, the limit watch) do not hold the doctor."""
@@ -539,6 +556,23 @@ def _finish_unattended(cls: type, state: dict[str, Any], how: str, exception: Ba
         print(f"leakdoctor: could not finish the doctor ({how}): {type(err).__name__}: {err}", file=sys.stderr)
     finally:
         termination.unregister(doctor)
+
+
+#: The doctors of this process, for _new_locks_in_child (weak: a dropped doctor is still collected).
+_LIVE: "weakref.WeakSet[LeakDoctor]" = weakref.WeakSet()
+
+
+def _new_locks_in_child() -> None:
+    """In a forked child, a fresh lock for every doctor: the fork may have come while the sampler thread
+    held the parent's (writing the post-mortem at the memory alarm), and that thread does not exist in
+    the child, so the inherited lock would stay held for good and the child's first step() would wait on
+    it forever (a DataLoader or multiprocessing worker that steps the inherited doctor)."""
+    for doctor in list(_LIVE):
+        doctor.__dict__["_lock"] = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks_in_child)
 
 
 def _child_finalizer(finish: Callable[[], Any]) -> Any:

@@ -16,6 +16,16 @@ from typing import Any, Callable, Iterable, Sequence, TypedDict
 
 from leakdoctor import remedies as remedy_registry
 
+#: The most steps an option counts (warm-up, window, horizon, ...): far beyond any run, and within what a
+#: float holds exactly, so that no step count overflows the arithmetic inside the user's loop.
+MAX_STEPS = 2**50
+#: The shortest heartbeat: a summary written more often would cost a run more than it saves.
+MIN_HEARTBEAT = 0.01
+#: The longest heartbeat or linger (a year), in seconds: beyond it, None (or 0) says what is meant.
+MAX_SECONDS = 365 * 86400
+#: The smallest memory limit: a process of the interpreter alone takes more.
+MIN_MEMORY_LIMIT = 2**20
+
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
           "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
 
@@ -81,9 +91,10 @@ class Settings:
         return cls(**values)
 
 
-def _int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r}: expected an int >= {minimum}")
+def _int(name: str, value: Any, minimum: int, maximum: int = MAX_STEPS) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ValueError(f"{name}={_short(value)}: expected an int >= {minimum} "
+                         f"(at most 2**{maximum.bit_length() - 1})")
     return value
 
 
@@ -98,7 +109,7 @@ def _at_least(minimum: int, none: bool = False) -> Callable[[str, Any], int | No
 def _port(name: str, port: Any) -> int | None:
     """A TCP port for the Prometheus exporter (0: any free port), or None for no exporter."""
     if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535):
-        raise ValueError(f"{name}={port!r}: expected an int from 0 (any free port) to 65535, e.g. 9464")
+        raise ValueError(f"{name}={_short(port)}: expected an int from 0 (any free port) to 65535, e.g. 9464")
     return port
 
 
@@ -111,8 +122,9 @@ def _host(name: str, host: Any) -> str | None:
 
 def _linger(name: str, seconds: Any) -> float:
     """How long the exporter keeps serving the final values after finish() (0: stop at once)."""
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf:
-        raise ValueError(f"{name}={seconds!r}: expected seconds >= 0 (0: stop serving at finish()), e.g. 20")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= MAX_SECONDS:
+        raise ValueError(f"{name}={_short(seconds)}: expected seconds from 0 (stop serving at finish()) to "
+                         f"{MAX_SECONDS} (a year), e.g. 20")
     return float(seconds)
 
 
@@ -120,9 +132,11 @@ def _heartbeat(name: str, seconds: Any) -> float | None:
     """Seconds between the summary's writes while the run goes (None: written only when it ends)."""
     if seconds is None:
         return None
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
-        raise ValueError(f"{name}={seconds!r}: expected seconds > 0 between writes of the summary while the run "
-                         f"goes, e.g. 60, or None (written only when the run ends)")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+            or not MIN_HEARTBEAT <= seconds <= MAX_SECONDS:
+        raise ValueError(f"{name}={_short(seconds)}: expected seconds between writes of the summary while the run "
+                         f"goes, from {MIN_HEARTBEAT} to {MAX_SECONDS} (a year), e.g. 60, or None (written only "
+                         f"when the run ends)")
     return float(seconds)
 
 
@@ -154,13 +168,13 @@ def _bool(name: str, value: Any) -> bool:
 
 def _probability(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 0.5:
-        raise ValueError(f"{name}={value!r}: expected a number between 0 and 0.5, e.g. 0.01")
+        raise ValueError(f"{name}={_short(value)}: expected a number between 0 and 0.5, e.g. 0.01")
     return float(value)
 
 
 def _fraction(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ValueError(f"{name}={value!r}: expected a fraction of step time in (0, 1], e.g. 0.005")
+        raise ValueError(f"{name}={_short(value)}: expected a fraction of step time in (0, 1], e.g. 0.005")
     return float(value)
 
 
@@ -178,12 +192,12 @@ def _on_limit(value: Any) -> str | Callable[[Any], Any]:
 
 def _margin(value: Any) -> int | float:
     """Steps (an int >= 0) or a fraction of the steps run so far (a float in (0, 1))."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_STEPS:
         return value
     if isinstance(value, float) and 0 < value < 1:
         return value
-    raise ValueError(f"limit_margin={value!r}: expected steps (an int >= 0, e.g. 200) or a fraction of the steps "
-                     f"run so far (a float in (0, 1), e.g. 0.1)")
+    raise ValueError(f"limit_margin={_short(value)}: expected steps (an int >= 0, at most 2**50, e.g. 200) or a "
+                     f"fraction of the steps run so far (a float in (0, 1), e.g. 0.1)")
 
 
 def _callable_or_none(name: str, value: Any) -> Callable[..., Any] | None:
@@ -193,7 +207,17 @@ def _callable_or_none(name: str, value: Any) -> Callable[..., Any] | None:
 
 
 def parse_bytes(value: int | float | str) -> float:
-    """A memory size: bytes as a number, or a string such as '8GiB', '512 MB', '2g'."""
+    """A memory size: bytes as a number, or a string such as '8GiB', '512 MB', '2g'; at least 1 MiB
+    (MIN_MEMORY_LIMIT: a smaller one is a typo, e.g. bytes given for MiB)."""
+    size = _size(value)
+    if size < MIN_MEMORY_LIMIT:
+        raise ValueError(f"memory_limit={_short(value)}: {size:g} bytes is below the smallest limit, 1 MiB "
+                         f"(a Python process alone takes more); expected a size such as '8GiB'")
+    return size
+
+
+def _size(value: int | float | str) -> float:
+    """The bytes `value` says, positive and finite; a ValueError naming memory_limit otherwise."""
     if isinstance(value, bool):
         raise ValueError(f"memory_limit={value!r}: expected bytes (int) or a size such as '8GiB'")
     if isinstance(value, (int, float)):
@@ -269,20 +293,22 @@ OPTIONS: tuple[Option, ...] = (
            "a file path (str or os.PathLike; its folder is created) or None", _writable),
     Option("plot_path", None, "write a PNG of every series, with detections and remedies marked, when the run ends "
            "(needs matplotlib)", "a file path or None", _writable),
-    Option("warmup", 20, "steps ignored at the start (imports, compiles, caches filling up)", "an int >= 0",
+    Option("warmup", 20, "steps ignored at the start (imports, compiles, caches filling up)",
+           "an int >= 0 (at most 2**50)",
            _at_least(0)),
     Option("window", 6, "steps per detection window; a leak is suspected after several windows of growth",
-           "an int >= 1", _at_least(1)),
+           "an int >= 1 (at most 2**50)", _at_least(1)),
     Option("horizon", 100_000, "steps over which a growth must matter (reach a material share of the headroom "
-           "to the memory limit) to be a leak", "an int >= 1", _at_least(1)),
+           "to the memory limit) to be a leak", "an int >= 1 (at most 2**50)", _at_least(1)),
     Option("memory_limit", None, "the limit growth is judged and projected against; None: the tightest of RAM, "
-           "the cgroup limit and RLIMIT_AS/DATA", 'bytes > 0, a size such as `"8GiB"`, or None',
+           "the cgroup limit and RLIMIT_AS/DATA", 'bytes (at least 1 MiB), a size such as `"8GiB"`, or None',
            _given(lambda value: None if value is None else parse_bytes(value))),
     Option("alpha", 0.01, "significance level of the trend test (lower: fewer, surer findings)",
            "a number in (0, 0.5)", _probability),
     Option("investigate_steps", None, "steps an investigation (the forensics) runs once a growth is suspected; "
-           "None: max(8, window)", "an int >= 2 or None", _at_least(2, none=True)),
-    Option("verify_windows", 8, "windows after a remedy over which its effect is judged", "an int >= 3",
+           "None: max(8, window)", "an int >= 2 (at most 2**50), or None", _at_least(2, none=True)),
+    Option("verify_windows", 8, "windows after a remedy over which its effect is judged",
+           "an int >= 3 (at most 2**50)",
            _at_least(3)),
     Option("overhead", 0.02, "the share of the run's time the whole doctor may cost (its samples, the sampler "
            "thread, the investigations): samples take a quarter of it and come less often to stay under that; an "
@@ -292,24 +318,25 @@ OPTIONS: tuple[Option, ...] = (
            "sampled steps (a rise wakes the next step, whatever the stride; near the memory limit it writes the "
            "post-mortem at once, even in a long step); `inline`, on the sampled steps only; `auto`, the thread "
            "while its CPU budget (0.4% of a core) buys a reading a window, else it watches the memory limit only "
-           "(short steps where a thread's wake-up is dear), and no thread under RLIMIT_AS",
+           "(short steps where a thread's wake-up is dear; no thread when there is no limit to watch, i.e. no "
+           "`summary_path`), and no thread under RLIMIT_AS",
            '`"auto"`, `"thread"` or `"inline"`', _sampler),
     Option("verbose", True, "print alerts and the summary on stderr (rank 0 only)", "True or False", _bool),
     Option("rank", 0, "this process's rank: only rank 0 prints and writes `summary_path` (torch, Lightning and "
            "multi-process JAX set it; other ranks write their own beside it, leaks.rankN.json)",
-           "an int >= 0", _at_least(0)),
+           "an int >= 0 (at most 2**50)", _at_least(0)),
     Option("on_limit", "warn", "what to do when an unremedied leak is projected to reach the memory limit within "
            "`limit_margin`: warn, stop the run (loops: `doctor.should_stop`), or call yours with the summary so far",
            '`"warn"`, `"stop"`, or a callable', _given(_on_limit)),
     Option("limit_margin", 0.1, "how early `on_limit` acts: steps before the limit (int), or a fraction of the "
-           "steps run so far (float)", "an int >= 0 or a float in (0, 1)", _given(_margin)),
+           "steps run so far (float)", "an int >= 0 (at most 2**50) or a float in (0, 1)", _given(_margin)),
     Option("checkpoint", None, "called before `on_limit=\"stop\"` ends the run (Lightning and Keras also save "
            "their own)", "a callable taking no arguments, or None", _callable_or_none),
     Option("oom_snapshot", None, "where to dump the CUDA allocator snapshot if the run dies out of memory",
            "a file path or None", _writable),
     Option("heartbeat", 60, "while the run goes, write the summary (marked `\"complete\": false`) to `summary_path` "
            "at least this often, in seconds, and as soon as a finding is made or changes state, so that a run the "
-           "kernel kills (SIGKILL) leaves it on disk; None: only at the end", "a number of seconds > 0, or None",
+           "kernel kills (SIGKILL) leaves it on disk; None: only at the end", "seconds from 0.01 to a year, or None",
            _heartbeat),
     Option("oom_watermark", 0.95, "when resident memory passes this share of the memory limit, write the "
            "post-mortem summary (`\"oom\": {\"imminent\": true, ...}`) to `summary_path` at once, before the "
@@ -319,7 +346,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("prometheus_host", None, "the address the exporter binds; None: 127.0.0.1",
            "an address such as `\"0.0.0.0\"` (needs `prometheus_port`), or None", _host),
     Option("prometheus_linger", 20.0, "seconds the final values stay served after `finish()` (20: one more scrape at a "
-           "15 s interval; 0: stop at once)", "a number >= 0",
+           "15 s interval; 0: stop at once)", "seconds from 0 to a year",
            _linger),
     Option("prometheus_pushgateway", None, "push the final values to this Prometheus Pushgateway at `finish()`",
            'a URL such as `"http://127.0.0.1:9091"`, or None', _pushgateway),

@@ -189,3 +189,50 @@ def test_the_options_take_none_and_numbers_and_come_through_run_dash_o(capsys):
     assert Settings.create(heartbeat=0.25, oom_watermark=1).oom_watermark == 1.0
     assert cli(["run", "-o", "heartbeat=0", "no_such_script.py"]) == 2  # refused before anything runs
     assert "heartbeat=0" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore:leakdoctor. heartbeat failed")
+def test_after_a_failed_write_the_heartbeat_tries_again_and_writes_once_the_disk_is_back(tmp_path):
+    """The folder is gone for a moment (a disk full or unmounted): the writes fail, are reported once, and
+    once it is back the summary of the run still going is written again, before the run ends."""
+    folder = tmp_path / "out"
+    path = folder / "leaks.json"
+    with LeakDoctor(summary_path=path, heartbeat=0.01, overhead=1.0, verbose=False) as doctor:
+        for _ in range(5):
+            time.sleep(0.02)
+            doctor.step()
+        shutil.rmtree(folder)  # every write fails from now on
+        for _ in range(20):
+            time.sleep(0.02)
+            doctor.step()
+        assert not folder.exists()
+        folder.mkdir()  # the disk is back
+        deadline = time.monotonic() + 60  # the backoff: 1 s, then 2 s, ... (each at most the heartbeat's)
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+            doctor.step()
+        written = json.loads(path.read_text()) if path.exists() else None
+        errors = [e["part"] for e in doctor.summary.errors]
+    assert written is not None and written["complete"] is False, "the heartbeat stayed off after one failure"
+    assert errors.count("heartbeat") == 1, errors  # reported once
+    assert json.loads(path.read_text())["complete"] is True  # and the final summary is written there too
+
+
+def test_the_shortest_heartbeat_takes_a_small_share_of_the_run():
+    """heartbeat=0.01 (the shortest allowed) on 1 ms steps: a write costs milliseconds, so writing every
+    10 ms took most of the run (heartbeat=1e-300 made one 9x slower); the writes are spread to a share."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        with LeakDoctor(summary_path=Path(folder) / "leaks.json", heartbeat=0.01, overhead=1.0,
+                        verbose=False) as doctor:
+            start = time.perf_counter()
+            for _ in range(1500):
+                busy = time.perf_counter()
+                while time.perf_counter() - busy < 0.001:
+                    pass
+                doctor.step()
+            wall = time.perf_counter() - start
+            beat = doctor._heartbeat
+            assert beat.writes >= 2, beat.writes  # it does write while the run goes
+            assert beat.seconds / wall < 0.1, (beat.seconds, wall, beat.writes)

@@ -307,6 +307,22 @@ def test_leakdoctor_run_on_a_fork_pool_fails_on_the_childrens_leak_and_writes_on
     assert not says(result.stderr, "no_step"), result.stderr
 
 
+def test_leakdoctor_run_on_a_spawn_pool_says_the_steps_ran_in_spawned_children(tmp_path):
+    """The steps run in a spawn Pool's workers, which leakdoctor run does not watch: the run is unwatched,
+    and the summary says that the steps ran in spawned processes (with their count), not that --step-on
+    would find them (the script's process has none)."""
+    pytest.importorskip("torch")
+    script = write(tmp_path, "pool.py", POOL.replace('get_context("fork")', 'get_context("spawn")'))
+    out = tmp_path / "out"
+    out.mkdir()
+    result = run_script(leakdoctor_run("--fail-on-leak=major", "--summary", out / "leaks.json", script), tmp_path)
+    assert result.returncode == 0, result.stderr  # the script's status: an unwatched run is no leak
+    summary = json.loads((out / "leaks.json").read_text())
+    assert summary["verdict"] == "unwatched" and summary["steps"] == 0, summary
+    assert summary["unwatched"]["spawned"] == {"spawn": 2}, summary["unwatched"]
+    assert "--step-on" not in summary["unwatched"]["fix"], summary["unwatched"]
+
+
 OS_EXIT = """
 import os
 

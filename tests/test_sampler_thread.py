@@ -4,7 +4,9 @@ its own, and the thread's CPU in the honest total. Real threads, real memory, a 
 
 from __future__ import annotations
 
+import gc
 import json
+import mmap
 import os
 import threading
 import time
@@ -68,12 +70,25 @@ def test_the_thread_ends_with_finish_and_inline_starts_none():
     assert overhead["sampling"] == "inline" and overhead["thread_cpu_seconds"] == 0
 
 
+def resident(size: int) -> mmap.mmap:
+    """`size` bytes of new resident memory, whatever malloc holds free already (memory freed before, which
+    a malloc'ed block could reuse without growing resident memory): fresh anonymous pages, each written."""
+    block = mmap.mmap(-1, size)
+    for offset in range(0, size, mmap.PAGESIZE):
+        block[offset] = 1
+    return block
+
+
 @pytest.mark.filterwarnings("ignore::leakdoctor.lifecycle.guard.LeakDoctorWarning")  # the projection to the limit
 @pytest.mark.parametrize("sampler", ["auto", "inline"])
 def test_the_post_mortem_is_written_while_a_step_still_runs(tmp_path, sampler):
     """One long step that allocates past the watermark: the thread writes the post-mortem before the step
     returns to `doctor.step()`; read inline, nothing is written until then."""
     path = tmp_path / "leaks.json"
+    # The baseline without the garbage of the tests run before in this process: a full collection during
+    # the test would free it and lower resident memory below the baseline (the watermark then out of
+    # reach; xdist hands a worker different tests before this one depending on the machine's load)
+    gc.collect()
     rss = psutil.Process().memory_info().rss
     limit = rss + 400 * MIB
     with LeakDoctor(summary_path=path, memory_limit=limit, oom_watermark=(rss + 150 * MIB) / limit, heartbeat=None,
@@ -82,7 +97,7 @@ def test_the_post_mortem_is_written_while_a_step_still_runs(tmp_path, sampler):
             doctor.step()
         kept = []
         for _ in range(25):  # the 31st step: 25 × 8 MiB, some 200 MiB, without a call to the doctor
-            kept.append(bytearray(b"x" * (8 * MIB)))
+            kept.append(resident(8 * MIB))
             time.sleep(0.02)
         deadline = time.monotonic() + 5  # the thread's next tick: at most a second apart
         while not path.exists() and time.monotonic() < deadline:
@@ -99,6 +114,38 @@ def test_the_post_mortem_is_written_while_a_step_still_runs(tmp_path, sampler):
     assert oom["imminent"] is True and oom["step"] == steps_in_step == 30
     assert oom["rss_bytes"] > rss + 100 * MIB and oom["limit_bytes"] == limit
     assert written["complete"] is False
+
+
+def post_mortem_after_a_previous_tests_garbage(folder: str) -> str:
+    """The post-mortem test, run as a worker of `make test` (pytest -n 2) may run it: after a test that left
+    150 MiB of garbage in a reference cycle, in the oldest generation, which a full collection frees while
+    the test runs (here: 0.3 s into it, in its long step)."""
+    import pathlib
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+            self.block = resident(150 * MIB)
+
+    kept = [Cycle()]
+    gc.collect()  # the oldest generation
+    del kept  # garbage there, until the next full collection
+    threading.Timer(0.3, gc.collect).start()
+    try:
+        test_the_post_mortem_is_written_while_a_step_still_runs(pathlib.Path(folder), "auto")
+    except AssertionError as err:
+        return f"failed: {err}"
+    return "passed"
+
+
+def test_the_post_mortem_test_does_not_depend_on_what_ran_before(tmp_path):
+    import warnings
+
+    from helpers import isolated
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert isolated(post_mortem_after_a_previous_tests_garbage, str(tmp_path)) == "passed"
 
 
 def test_a_forked_child_that_steps_reads_with_a_thread_of_its_own(tmp_path):

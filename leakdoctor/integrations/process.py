@@ -39,6 +39,62 @@ _forks = 0
 def _forked() -> None:
     global _forks
     _forks += 1
+    _statm.forget()
+
+
+class _SharedStatm:
+    """One descriptor of /proc/self/statm for all the readers of this process (a doctor each, and its
+    sampler thread through the same reader): opened by the first reader that reads, closed when the last
+    one closes, so that doctors kept alive but never finished hold one descriptor between them, not one
+    each (250 of them exhausted `ulimit -n 256`)."""
+
+    def __init__(self) -> None:
+        self.fd = -1
+        self.users = 0
+        self.lock = threading.Lock()
+
+    def acquire(self) -> int:
+        """The shared descriptor (opened now if none is), counted as one more user; -1 if it cannot be
+        opened (no descriptors left)."""
+        with self.lock:
+            if self.fd < 0:
+                try:
+                    self.fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    return -1
+            self.users += 1
+            return self.fd
+
+    def release(self, fd: int) -> None:
+        """One user less of `fd`; the last closes it. A descriptor that is no longer the shared one (a
+        fork's, or one replaced after it broke) is left alone."""
+        with self.lock:
+            if fd != self.fd or self.users <= 0:
+                return
+            self.users -= 1
+            if self.users == 0:
+                self.fd = -1
+                os.close(fd)
+
+    def broken(self, fd: int) -> None:
+        """`fd` failed to read (closed behind our back, os.closerange): the next acquire opens a new one;
+        its users reacquire."""
+        with self.lock:
+            if fd == self.fd:
+                self.fd, self.users = -1, 0
+
+    def forget(self) -> None:
+        """In a forked child: the inherited descriptor reads the parent's statm; closed, and the count
+        starts afresh (a new lock: the parent's may have been held by a thread that did not come along)."""
+        fd, self.fd, self.users, self.lock = self.fd, -1, 0, threading.Lock()
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+_statm = _SharedStatm()
 
 
 if hasattr(os, "register_at_fork"):
@@ -47,9 +103,10 @@ if hasattr(os, "register_at_fork"):
 
 class RssReader:
     """This process's resident set size in bytes, as a callable. On Linux, one pread of /proc/self/statm
-    through a descriptor opened on first use, reopened after a fork (the inherited one reads the parent)
-    and after `close()`, which the doctor calls at finish so that no descriptor outlives it; psutil
-    elsewhere, or when the descriptor cannot be opened (no fds left under `ulimit -n`)."""
+    through the process's shared descriptor (_SharedStatm), taken on first use, again after a fork (the
+    inherited one reads the parent) and after `close()`, which the doctor calls at finish so that no
+    descriptor outlives the last doctor; psutil elsewhere, or when the descriptor cannot be opened (no fds
+    left under `ulimit -n`)."""
 
     def __init__(self) -> None:
         self._fd = -1
@@ -63,6 +120,7 @@ class RssReader:
             try:
                 return float(int(os.pread(self._fd, 128, 0).split()[1]) * self._page)
             except OSError:  # the descriptor was closed behind our back (os.closerange): reopen
+                _statm.broken(self._fd)
                 self._forks = -1
         return self._open()
 
@@ -79,11 +137,9 @@ class RssReader:
             if self._forks != _forks:
                 self.close()  # in a forked child, the inherited copy of the parent's descriptor
                 if sys.platform.startswith("linux"):
-                    try:
-                        self._fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+                    self._fd = _statm.acquire()  # shared with the process's other readers
+                    if self._fd >= 0:
                         self._page, self._forks = os.sysconf("SC_PAGE_SIZE"), _forks
-                    except OSError:
-                        self.close()
             fd = self._fd
         if fd >= 0:
             return float(int(os.pread(fd, 128, 0).split()[1]) * self._page)
@@ -95,10 +151,10 @@ class RssReader:
         return self._process
 
     def close(self) -> None:
-        """Close the descriptor; the next read opens a new one."""
-        fd, self._fd, self._forks = self._fd, -1, -1
-        if fd >= 0:
-            os.close(fd)
+        """Let go of the shared descriptor (the last reader closes it); the next read takes it again."""
+        fd, forks, self._fd, self._forks = self._fd, self._forks, -1, -1
+        if fd >= 0 and forks == _forks:  # a fork's inherited one was closed in the child (_forked)
+            _statm.release(fd)
 
     def __del__(self) -> None:
         try:

@@ -10,6 +10,10 @@ from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
 
+#: The guard's names for the engine itself (the step's work, concluding at finish(), building the summary),
+#: as opposed to one probe, forensic or remedy: one of these switched off means the run was not watched.
+ENGINE = ("leakdoctor", "finish", "summary")
+
 
 class LeakDoctorWarning(RuntimeWarning):
     """Something in leakdoctor failed or was switched off; the training run goes on."""
@@ -31,6 +35,11 @@ class Guard:
             self.disable(part, f"{type(err).__name__}: {err}")
             return default
 
+    def engine_error(self) -> dict[str, str] | None:
+        """The first error that switched the engine itself off (ENGINE), or None while it runs: a run
+        whose engine is off was not watched, whatever it found before (never called clean)."""
+        return next((e for e in self.errors if e["part"] in ENGINE), None)
+
     def disable(self, part: str, reason: str) -> None:
         """Switch `part` off and report why, once."""
         if part in self.off:
@@ -38,6 +47,14 @@ class Guard:
         self.off.add(part)
         self.errors.append({"part": part, "error": reason})
         warn(f"leakdoctor: {part} failed ({reason}); switched off for the rest of the run", stacklevel=5)
+
+    def failed_once(self, part: str, reason: str, then: str) -> None:
+        """Report that `part` failed (`then`: what it does next), once a run, and leave it on: for a part
+        that tries again (the heartbeat's writes, after a disk was full for a moment)."""
+        if any(e["part"] == part for e in self.errors):
+            return
+        self.errors.append({"part": part, "error": reason})
+        warn(f"leakdoctor: {part} failed ({reason}); {then}", stacklevel=5)
 
 
 def warn(message: str, stacklevel: int = 2) -> None:

@@ -11,8 +11,10 @@ findings so far), which every later write keeps. `finish()` writes the final one
 Cheap on purpose: it is asked only on the steps that do work anyway (a sample), with the clock the step
 already read; the findings are compared only while the clinic works on them or their number changed;
 a write (a summary built, a file renamed into place) happens at most once a heartbeat besides the rare
-findings' changes and the one post-mortem. A write that fails is reported once through the guard
-(part "heartbeat") and writing while the run goes stops; the run goes on.
+findings' changes and the one post-mortem, and the timed writes take at most WRITE_SHARE of the run's time
+(a heartbeat shorter than 50 times a write is stretched). A write that fails (a disk full or read-only for a moment) is
+reported once through the guard (part "heartbeat"), and tried again with a backoff (FIRST_BACKOFF seconds,
+doubled after each failure up to the heartbeat, or MAX_BACKOFF without one); the run goes on.
 """
 
 from __future__ import annotations
@@ -37,6 +39,13 @@ if TYPE_CHECKING:
 RESIDENT = "rss_bytes"
 #: The guard's name for the writes made while the run goes.
 PART = "heartbeat"
+#: Seconds before a failed write is tried again; doubled after each failure in a row, at most the
+#: heartbeat (MAX_BACKOFF without one).
+FIRST_BACKOFF = 1.0
+MAX_BACKOFF = 300.0
+#: The share of the run's time the timed writes may take: a write (a summary built, a file renamed into
+#: place) costs milliseconds, so a heartbeat shorter than 1/WRITE_SHARE writes is stretched to that.
+WRITE_SHARE = 0.02
 
 
 class Heartbeat:
@@ -68,6 +77,9 @@ class Heartbeat:
         self._count = 0  # findings at the last look
         self._busy = False  # the clinic was working (investigating, treating) at the last look
         self._signature: tuple[Any, ...] = ()
+        self._failures = 0  # writes failed in a row
+        self._retry_at = -math.inf  # no write before this clock reading (backing off after a failure)
+        self._pending = False  # a write is owed: it failed, or came during the backoff
 
     @property
     def active(self) -> bool:
@@ -83,6 +95,8 @@ class Heartbeat:
         if figure is not None and figure.end is not None and figure.end > self.watermark:
             self.passed(figure.end_step, figure.end)
         elif self.interval is not None and (now >= self.due or self._changed()):
+            self.write()
+        elif self._pending and now >= self._retry_at:
             self.write()
 
     @property
@@ -130,16 +144,36 @@ class Heartbeat:
         if not self.active or os.getpid() != self._pid:  # a forked child's copy: the file is the parent's
             return False
         start = self._clock()
-        written = self.guard.call(PART, self._write, default=False)
+        if start < self._retry_at:  # backing off after a failed write: written once the backoff ends
+            self._pending = True
+            return False
+        written = self.guard.call(PART, self._attempt, default=False)
         end = self._clock()
         self.seconds += end - start
-        if self.interval is not None:
-            self.due = end + self.interval
+        if self.interval is not None:  # at most WRITE_SHARE of the time, however short the heartbeat
+            self.due = end + max(self.interval, (end - start) / WRITE_SHARE)
         return bool(written)
+
+    def _attempt(self) -> bool:
+        """One write; an OSError (a full or read-only disk, a folder gone) is reported once and the write
+        is owed, tried again after the backoff."""
+        try:
+            written = self._write()
+        except OSError as err:
+            self._failures += 1
+            longest = self.interval if self.interval is not None else MAX_BACKOFF
+            self._retry_at = self._clock() + min(max(longest, FIRST_BACKOFF),
+                                                 FIRST_BACKOFF * 2 ** min(self._failures - 1, 30))
+            self._pending = True
+            self.guard.failed_once(PART, f"cannot write {self.path}: {type(err).__name__}: {err}",
+                                   "tried again with a backoff")
+            return False
+        self._failures, self._pending = 0, False
+        return written
 
     def _write(self) -> bool:
         summary = self.build()
         summary = dataclasses.replace(summary, complete=False, oom=summary.oom or self.imminent)
-        summary.write(self.path)  # an OSError goes to the guard: reported once, then no more writes
+        summary.write(self.path)  # an OSError: reported once, tried again after the backoff (_attempt)
         self.writes += 1
         return True

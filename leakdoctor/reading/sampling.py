@@ -22,6 +22,7 @@ here, every probe at the same step.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable
 
@@ -59,6 +60,8 @@ class Sampler:
         self._new_thread: Callable[[], SamplerThread] | None = None
         self.inline_why: str | None = None  # why the thread watches no windows (or none runs)
         self._ended_mode = "inline"  # the mode when the thread was stopped
+        self._watermark: Callable[[], float] = lambda: math.inf  # resident bytes that raise the alarm
+        self._rested_cost: float | None = None  # the CPU cost per tick of a thread that ended for want of work
         self.hurry_until = 0  # sampling at least twice a window until this step (a metric is rising)
         self.step_seconds = 0.0  # the user's wall time per step, a moving average
         self.user_seconds = 0.0  # the user's wall time over all steps so far
@@ -96,7 +99,7 @@ class Sampler:
             return SamplerThread(probe.thread_reader(), step_of, lambda: self.step_seconds, settings.window,
                                  settings.warmup, rose, alarm, watermark, matters)
 
-        self._new_thread = new_thread
+        self._new_thread, self._watermark = new_thread, watermark
         self._restart_thread()
 
     def stop_thread(self) -> None:
@@ -142,6 +145,7 @@ class Sampler:
         the watermark only), until the budget buys one and a half again."""
         thread = self.thread
         if thread is None:
+            self._wake_rested()
             return
         if not thread.running:
             self._thread_ended(thread)
@@ -154,6 +158,17 @@ class Sampler:
                 f"of a core buys one every {thread.cost / THREAD_BUDGET * 1e3:.0f} ms, and a window is "
                 f"{thread.window * self.step_seconds * 1e3:.1f} ms: the thread watches the memory limit only")
 
+    def _wake_rested(self) -> None:
+        """A thread that rested (it had nothing to watch) comes back when the budget buys one and a half
+        readings a window at the cost it measured (as SamplerThread.affordable), or a memory limit to
+        watch came back; it rests again by itself if that was a passing spike of the step time."""
+        cost = self._rested_cost
+        if cost is None or self._new_thread is None:
+            return
+        if self.settings.window * self.step_seconds * THREAD_BUDGET >= 1.5 * cost or self._watermark() < math.inf:
+            self._rested_cost = None
+            self._restart_thread()
+
     def _thread_ended(self, thread: SamplerThread) -> None:
         """A thread that failed is reported once; one left behind by a fork (this process is the child,
         and steps) is replaced by one of this process."""
@@ -161,12 +176,16 @@ class Sampler:
         self.thread = None
         if thread.failed is not None:
             self.guard.disable("sampler thread", f"{thread.failed}; resident memory is watched on the sampled steps")
+        elif thread.rested:  # it had nothing to watch (SamplerThread.rest_when_idle): back when it has
+            self._ended_mode, self._rested_cost = "inline", thread.cost
         elif self._new_thread is not None:
             self._restart_thread()
 
     def _restart_thread(self) -> None:
-        """A new thread, which measures its cost before it watches the windows (_check_thread decides)."""
+        """A new thread, which measures its cost before it watches the windows (_check_thread decides). With
+        sampler="auto", it ends by itself when it has nothing to watch (rest_when_idle)."""
         self.thread = self._new_thread()
+        self.thread.rest_when_idle = self.settings.sampler == "auto"
         self.thread.start()
 
     def steps_to_next(self, step: int) -> int:

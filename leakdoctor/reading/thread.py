@@ -19,11 +19,13 @@ budget buys a reading a window (`affordable`, decided by sampling.py): else (sho
 where waking a thread is dear) it watches the watermark only, at MAX_INTERVAL. It is stopped by `stop()`
 (the doctor's finish: it wakes at once), dies with a fork (`running` says so;
 the sampler starts another in a child that steps), and never keeps the process alive (daemon). A tick
-that raises ends the thread, with `failed` saying why.
+that raises ends the thread, with `failed` saying why. With `rest_when_idle` (sampler="auto") it ends by
+itself (`rested`) when it has nothing to watch: no window it can afford, no watermark.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -69,6 +71,11 @@ class SamplerThread:
         self.ticks = 0
         self.wakes = 0
         self.failed: str | None = None
+        #: End by itself once it has nothing to watch: no windows (its budget buys no reading a window) and
+        #: no watermark (no summary path, oom_watermark=None, or the post-mortem written), so that a doctor
+        #: kept but never finished holds no thread (sampler="auto"; the sampler starts another when needed)
+        self.rest_when_idle = False
+        self.rested = False
         self.cost = 0.0  # CPU seconds per tick, a running mean
         self._open: tuple[int, int, float] | None = None  # (window, step, value) of the open window's minimum
         self._risen: deque[tuple[int, float]] = deque(maxlen=RISING + 1)  # the last closed minima, rising
@@ -149,6 +156,9 @@ class SamplerThread:
                 cpu = time.thread_time()  # all of this thread's CPU time: the sleeps' bookkeeping too
                 spent, self.cpu_seconds = cpu - self.cpu_seconds, cpu
                 self.cost += (spent - self.cost) / min(self.ticks, COST_TICKS)
+                if self.rest_when_idle and self.affordable is False and self.watermark() == math.inf:
+                    self.rested = True
+                    return
         except Exception as err:  # noqa: BLE001 - the sampler reports it; the training thread's samples go on
             self.failed = f"{type(err).__name__}: {err}"
 

@@ -203,10 +203,15 @@ def stopped_note(finding: Finding, findings: list[Finding]) -> str:
     return f"{head} and stopped by itself after step {finding.detected_step}"
 
 
-def unwatched(settings: Settings, steps: int) -> dict[str, Any] | None:
-    """Why the run cannot be called clean, and what to do, when it had too few steps after warm-up for a
-    fast leak to be found (latency_steps at a sample every step: the detector's shortest test and an
-    investigation); None when it was watched long enough."""
+def unwatched(settings: Settings, steps: int, engine_error: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """Why the run cannot be called clean, and what to do: when the doctor's engine failed and switched
+    itself off (`engine_error`, the guard's record: nothing after it was watched), or when the run had too
+    few steps after warm-up for a fast leak to be found (latency_steps at a sample every step: the
+    detector's shortest test and an investigation); None when it was watched long enough."""
+    if engine_error is not None:
+        return {"reason": f"the doctor failed and switched itself off ({engine_error['part']}: "
+                          f"{engine_error['error']}): the run was not watched from then on",
+                "fix": "a bug in leakdoctor, not in the run: please report it with this summary's `errors`"}
     needed = settings.warmup + latency_steps(settings, 1)
     if steps >= needed:
         return None

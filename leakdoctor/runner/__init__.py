@@ -93,9 +93,9 @@ def _finish(session: Session, outcome: Outcome, family: children.Family, reason:
     reports = family.collect()
     try:
         if not reports:
-            return session.finish(exception, reason)
+            return session.finish(exception, reason, spawned=family.spawned)
         quiet = session.quiet()
-        own = session.finish(exception, reason, emit=False)
+        own = session.finish(exception, reason, emit=False, spawned=family.spawned)
         summary = children.merge(own, reports)
         if summary is not None:
             if quiet:

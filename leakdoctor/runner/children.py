@@ -11,7 +11,9 @@ the runner wraps for the run (children of multiprocessing end by os._exit). The 
 the parent's: a child never finishes them (doctor.py, termination.py). At the end the parent reads the
 children's summaries and merges them into its own (`merge`): one summary, written once, by the parent,
 whose verdict (and `--fail-on-leak`) counts a leak found in any process it watched. Spawned children
-(multiprocessing's `spawn`, subprocesses) do not run under leakdoctor and are not watched.
+(multiprocessing's `spawn`, subprocesses) do not run under leakdoctor and are not watched: the runner
+counts the multiprocessing processes started by `spawn` or `forkserver` (`Family.spawned`), so that a run
+whose steps ran there is unwatched with that reason, and how to watch them.
 """
 
 from __future__ import annotations
@@ -36,15 +38,41 @@ class Family:
         self.session = session
         self.parent = os.getpid()
         self.folder = tempfile.mkdtemp(prefix="leakdoctor-run-")
+        #: processes the script started by a method that does not fork ("spawn", "forkserver": they run
+        #: the script's code afresh, without leakdoctor): {method: count}
+        self.spawned: dict[str, int] = {}
+        self._start: Any = None
 
     def start(self) -> None:
         global _current
         _current = self
+        self._watch_starts()
 
     def stop(self) -> None:
         global _current
         if _current is self:
             _current = None
+        if self._start is not None:
+            import multiprocessing.process
+
+            multiprocessing.process.BaseProcess.start = self._start
+            self._start = None
+
+    def _watch_starts(self) -> None:
+        """Count the multiprocessing processes the script starts without a fork (a `spawn` Pool's workers):
+        their steps are not watched, and the run's summary says so (`unwatched`'s `spawned`)."""
+        import multiprocessing.process
+
+        real = self._start = multiprocessing.process.BaseProcess.start
+        spawned = self.spawned
+
+        def start(process: Any) -> None:
+            real(process)
+            method = getattr(getattr(process, "_popen", None), "method", None)
+            if method in ("spawn", "forkserver") and os.getpid() == self.parent:
+                spawned[method] = spawned.get(method, 0) + 1
+
+        multiprocessing.process.BaseProcess.start = start  # type: ignore[method-assign]
 
     @property
     def in_child(self) -> bool:

@@ -41,6 +41,19 @@ LOOPS = ("torch", "mlx", "optax", "flax", "compiled")
 SCRIPT = "script"
 #: The options a doctor already made takes from the run where the script set none (what it writes, not how it judges).
 OUTPUTS = ("summary_path", "plot_path")
+#: A run whose steps went to processes started by spawn or forkserver (`spawned`: {method: count}).
+SPAWNED = ("the script took no step in this process, and started {count} process(es) by {methods} (e.g. a "
+           "multiprocessing Pool of that start method), where its steps ran: `leakdoctor run` watches the "
+           "script's process and its forked children, not spawned ones")
+SPAWNED_FIX = ("start the workers with fork (multiprocessing.get_context(\"fork\")) to have them watched, or "
+               "make a LeakDoctor in the worker function (from leakdoctor import LeakDoctor; call its step() "
+               "each step, with summary_path=f\"leaks.{os.getpid()}.json\")")
+
+
+def spawned_unwatched(spawned: Mapping[str, int]) -> dict[str, Any]:
+    """The `unwatched` entry of a run whose steps ran in spawned processes: reason, fix and the counts."""
+    return {"reason": SPAWNED.format(count=sum(spawned.values()), methods=" and ".join(sorted(spawned))),
+            "fix": SPAWNED_FIX, "spawned": dict(spawned)}
 
 
 class Session:
@@ -170,12 +183,15 @@ class Session:
             print(summary.text(), file=sys.stderr)
 
     def finish(self, exception: BaseException | None = None, reason: str | None = None,
-               emit: bool = True) -> Any | None:
+               emit: bool = True, spawned: Mapping[str, int] | None = None) -> Any | None:
         """Finish the attached doctor (it writes, plots and prints its summary) and give its summary.
         When no step was seen, the summary says so (verdict "unwatched", `reason`, or NO_STEP), and is
-        written and printed here; None when a doctor could not be made."""
+        written and printed here; None when a doctor could not be made. `spawned`: the processes the script
+        started without a fork ({method: count}), where its steps ran when this process took none."""
         doctor = self.doctor
         if self.kind is None:
+            if spawned and reason is None:
+                return self.unwatched(emit=emit, entry=spawned_unwatched(spawned))
             return self.unwatched(reason or NO_STEP, emit)
         if doctor is None:
             return None
@@ -187,14 +203,15 @@ class Session:
             return doctor.doctor.finish(exception)
         return doctor.finish(exception)
 
-    def unwatched(self, reason: str, emit: bool = True) -> Any:
+    def unwatched(self, reason: str = NO_STEP, emit: bool = True, entry: dict[str, Any] | None = None) -> Any:
         """The summary of a run in which no step was seen: written, plotted and printed as the run's options
-        ask (unless `emit` is False)."""
+        ask (unless `emit` is False). `entry`: its `unwatched` (default: `reason`, with --step-on as the fix)."""
         from leakdoctor import __version__
         from leakdoctor.reporting.summary import Summary
 
         summary = Summary(framework=framework_imported(self.kind), steps=0, series={}, findings=[],
-                          version=__version__, unwatched={"reason": reason, "fix": FIX}, rank=process_rank())
+                          version=__version__, unwatched=entry or {"reason": reason, "fix": FIX},
+                          rank=process_rank())
         if emit:
             self.emit(summary)
         return summary
