@@ -338,7 +338,8 @@ OPTIONS: tuple[Option, ...] = (
            "at least this often, in seconds, and as soon as a finding is made or changes state, so that a run the "
            "kernel kills (SIGKILL) leaves it on disk; None: only at the end", "seconds from 0.01 to a year, or None",
            _heartbeat),
-    Option("oom_watermark", 0.95, "when resident memory passes this share of the memory limit, write the "
+    Option("oom_watermark", 0.95, "when the limit's figure (resident memory; a cgroup's charge) passes this share "
+           "of the memory limit, write the "
            "post-mortem summary (`\"oom\": {\"imminent\": true, ...}`) to `summary_path` at once, before the "
            "out-of-memory killer can strike", "a number in (0, 1], or None (off)", _watermark),
     Option("prometheus_port", None, "serve the series and findings on http://HOST:PORT/metrics (+ LOCAL_RANK)",
