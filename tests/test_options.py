@@ -225,7 +225,8 @@ def test_the_keras_callback_prints_one_summary_for_a_run_of_two_fits():
     assert len(phrase("headline", framework="keras").findall(printed)) == 1, printed
     assert len(phrase("fit_line", call=1).findall(printed)) == 1
     assert not says(printed, "fit_call", call=2)  # fit 2: verbose=0
-    assert result["before"] == (0, "unwatched") and result["snapshot_steps"] == 2 and result["steps"] == 2
+    # steps are the training batches (issue #38, one clock): 2 fits x 2 epochs x 4 batches
+    assert result["before"] == (0, "unwatched") and result["snapshot_steps"] == 16 and result["steps"] == 16
     assert result["same"]
     assert "'remedys': did you mean 'remedies'?" in result["errors"][0]
     assert "'windw': did you mean 'window'?" in result["errors"][1]
