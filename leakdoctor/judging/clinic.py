@@ -32,7 +32,6 @@ from leakdoctor.reporting.summary import Finding, RemedyOutcome, format_value
 from leakdoctor.settings import Settings
 
 
-
 @dataclass
 class Treatment:
     remedy: Remedy
@@ -84,7 +83,7 @@ class Clinic:
         self.spent_seconds = 0.0  # the doctor's time outside the clinic so far (its samples, its thread)
         self._timing = False
         self.deferred = 0  # suspicions left for later because investigations had used their budget
-        self.deferred_at: list[dict[str, Any]] = []  # the first of them: {step, metrics}
+        self.deferred_at: list[dict[str, Any]] = []  # the first 20 of them: {step, metrics, why, seconds}
         # metric: its peak at its last investigation (inf while one is open), see _over_budget
         self._investigated: dict[str, float] = {}
         self._suspect_since: dict[str, int] = {}  # metric: the step since which every window close found it suspect
@@ -179,7 +178,7 @@ class Clinic:
 
     def _triage_step(self, step: int, completed: Mapping[str, list[int]], run_seconds: float) -> None:
         """A step of the open triage: read its counters, let new suspects join, and at each window's end
-        from its second on, investigate what they confirmed and cool what they did not."""
+        investigate what they confirmed, and cool what they did not (Triage.judge says when)."""
         triage = self.triage
         assert triage is not None
         self._read_counters(step)
@@ -263,7 +262,7 @@ class Clinic:
             return False
         return self._leaking() or not any(self._due_again(metric) for metric in suspects)
 
-    def _before_budget(self, suspects: Mapping[str, Any], need: float) -> bool:
+    def _before_budget(self, suspects: Mapping[str, Trend], need: float) -> bool:
         """Would a suspect reach its memory limit before the budget earns the `need` seconds it lacks?"""
         if self._step_seconds <= 0 or self.forensic_budget <= 0:
             return False
@@ -272,7 +271,7 @@ class Clinic:
             series = self.monitor.series.get(metric)
             if series is None or series.spec.limit is None or series.end is None:
                 continue
-            steps = steps_to_limit(float(series.end), getattr(trend, "slope", 0.0), series.spec.limit)
+            steps = steps_to_limit(float(series.end), trend.slope, series.spec.limit)
             if steps is not None and steps < wait:
                 return True
         return False
