@@ -6,6 +6,7 @@ Python objects); the budget decisions are fed by hand, as test_clinic's are."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import numpy as np
@@ -45,6 +46,21 @@ def test_resident_memory_that_grows_into_mapped_pages_is_triaged_and_never_inves
     assert summary["verdict"] == "clean" and summary["findings"] == []
     assert overhead["investigations"] == 0, overhead
     assert overhead["suspicions_triaged"] >= 1 and overhead["suspicions_dismissed"]["rss_bytes"] >= 1, overhead
+
+
+@linux
+def test_a_summary_with_dismissed_and_deferred_suspicions_is_read_back(tmp_path):
+    """The triage's counts and what waited for the budget are records in `overhead`: `leakdoctor report`
+    (Summary.load) reads them back."""
+    from leakdoctor import Summary
+
+    summary = run("touch")
+    summary["overhead"]["deferred"] = [{"step": 90, "metrics": ["rss_bytes"], "why": "budget"}]
+    path = tmp_path / "leaks.json"
+    path.write_text(json.dumps(summary))
+    loaded = Summary.load(path)
+    assert loaded.overhead["suspicions_dismissed"] == summary["overhead"]["suspicions_dismissed"]
+    assert loaded.overhead["deferred"][0]["step"] == 90
 
 
 @linux

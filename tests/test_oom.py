@@ -149,7 +149,8 @@ def keras_dies(folder: str) -> dict:
 def test_keras_records_the_oom_its_fit_died_of(tmp_path):
     summary = isolated(keras_dies, str(tmp_path))
     oom = summary["oom"]
-    assert oom["step"] == 1 and oom["error"].startswith("MemoryError: Unable to allocate")  # call 1
+    # steps are training batches (issue #38's one clock): the fit died in call 1, at its batch 13
+    assert oom["call"] == 1 and oom["error"].startswith("MemoryError: Unable to allocate")
     assert oom["batch"] == 13  # batches 0-12 trained; the 13th died in its batch-end hook, after its step
 
 

@@ -141,8 +141,22 @@ def check(data: Any) -> None:
     for key in ("overhead", "settings"):
         _field(data, key, "summary", lambda v: isinstance(v, dict), "an object", required=False)
     for key, value in data.get("overhead", {}).items():
-        _need(value is None or _number(value) or _string(value), f"overhead[{_short(repr(key))}]", "a number",
-              value)
+        check, expected = _OVERHEAD_RECORDS.get(key, (_plain, "a number"))
+        _need(check(value), f"overhead[{_short(repr(key))}]", expected, value)
+
+
+def _plain(value: Any) -> bool:
+    return value is None or _number(value) or _string(value)
+
+
+#: The overhead entries that are records, not numbers: what waited for the budget, and the suspicions the
+#: triage did not confirm, by metric.
+_OVERHEAD_RECORDS = {
+    "deferred": (lambda v: isinstance(v, list) and all(isinstance(d, dict) and _integer(d.get("step")) for d in v),
+                 "a list of objects with their step"),
+    "suspicions_dismissed": (lambda v: isinstance(v, dict) and all(_integer(n) for n in v.values()),
+                             "an object of counts by metric"),
+}
 
 
 def _check_series(series: Any, where: str) -> None:
