@@ -1,5 +1,6 @@
 """What a clean run pays (issue #36): each unedited textbook script (benchmarks/textbook/, the published
-examples) run as `python script.py` and as `python -m leakdoctor run script.py`, alternately (which goes
+examples, with their own default arguments: the Keras example fits one model, without the textbook table's
+dropout search) run as `python script.py` and as `python -m leakdoctor run script.py`, alternately (which goes
 first alternates too), PAIRS pairs, one run at a time, each a fresh process timed from outside (whole-process
 wall time, imports and the doctor's start included). Per script: the median ratio with-doctor / plain and its
 spread, the doctor's own overhead line beside it (its printed total, and the investigations it made), and
@@ -26,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import bench_textbook  # noqa: E402
 from common import OUT, machine, table, write_section  # noqa: E402
 
-PAIRS = 3
+PAIRS = 3  # `--pairs N` to change
 RESULTS = OUT / "cost.json"
 
 
@@ -40,14 +41,16 @@ def timed(command: list[str], env: dict[str, str], cwd: Path) -> tuple[float, in
 def measure(name: str, pairs: int) -> dict[str, Any]:
     """PAIRS alternating pairs of one script, plain and under the doctor; the doctor's summaries read back."""
     script = bench_textbook.SCRIPTS[name]
-    env = bench_textbook.child_env(script.env)
+    # as a user's Python runs: it caches the modules it compiles (this machine's shells set
+    # PYTHONDONTWRITEBYTECODE, which would charge leakdoctor's editable source a compile on every start)
+    env = {k: v for k, v in bench_textbook.child_env(script.env).items() if k != "PYTHONDONTWRITEBYTECODE"}
     plain, doctor, summaries = [], [], []
     with tempfile.TemporaryDirectory() as folder:
         for i in range(pairs):
             summary = Path(folder) / f"s{i}.json"
-            runs = [("plain", [sys.executable, str(script.path), *script.args]),
+            runs = [("plain", [sys.executable, str(script.path)]),
                     ("doctor", [sys.executable, "-m", "leakdoctor", "run", "--summary", str(summary),
-                                str(script.path), *script.args])]
+                                str(script.path)])]
             for kind, command in (runs if i % 2 == 0 else runs[::-1]):
                 seconds, code = timed(command, env, Path(folder))
                 if code:
@@ -58,6 +61,8 @@ def measure(name: str, pairs: int) -> dict[str, Any]:
     own = [s["overhead"].get("fraction_of_run_time", 0.0) for s in summaries]
     return {"plain": plain, "doctor": doctor, "ratios": ratios, "own": own,
             "verdicts": [s["verdict"] for s in summaries],
+            "findings": [[{k: f.get(k) for k in ("cause", "metric", "severity", "state", "location", "rate_per_step")}
+                          for f in s["findings"]] for s in summaries],
             "investigations": [s["overhead"].get("investigations", 0) for s in summaries],
             "triaged": [s["overhead"].get("suspicions_triaged", 0) for s in summaries]}
 
@@ -73,7 +78,8 @@ def section(results: dict[str, dict[str, Any]], pairs: int, minutes: float) -> s
     return "\n".join([
         "## Cost on real scripts (issue #36)", "",
         f"Each unedited textbook script run as `python script.py` and as `python -m leakdoctor run script.py`, "
-        f"alternately, {pairs} pairs, one process at a time, whole-process wall time measured outside the doctor "
+        f"alternately, {pairs} pairs, one process at a time, whole-process wall time measured outside the doctor, "
+        "Python caching compiled modules as it does by default "
         f"(`.venv/bin/python benchmarks/run.py cost`, {minutes:.0f} min, {machine()}). Ratio: with the doctor / "
         "plain, the median of the pairs and their range. Own line: the doctor's printed total (its step(), "
         "sampler thread and investigations over the run's time); it leaves out what happens before the first "
