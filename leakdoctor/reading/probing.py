@@ -32,8 +32,7 @@ TIMED = 16
 
 
 class _Scheduled:
-    __slots__ = ("probe", "read", "every", "period", "countdown", "reads", "cost", "timed", "paced", "pending",
-                 "seen")
+    __slots__ = ("probe", "read", "every", "period", "countdown", "reads", "cost", "timed", "paced", "pending")
 
     def __init__(self, probe: Probe) -> None:
         self.probe = probe
@@ -45,7 +44,6 @@ class _Scheduled:
         self.paced = bool(getattr(probe, "paced", False))  # a probe that paces itself is not paced again
         self.timed = not self.paced and not getattr(probe, "essential", False)
         self.pending: float | None = None  # the cost of the first of two timed reads in a row
-        self.seen: set[str] = set()  # the metrics it has read so far
 
     def due_timing(self) -> bool:
         """Is this read (the `reads`-th) to be timed: the first of a pair, or the second?"""
@@ -110,7 +108,6 @@ class Probes:
                 values = scheduled.read()
                 if not values.keys() <= specs.keys():
                     self._learn(scheduled.probe, values)
-                    scheduled.seen.update(values)
             except Exception as err:  # noqa: BLE001 - a failing probe must not end the user's run
                 self._switch_off(scheduled.probe, err)
                 continue
@@ -132,12 +129,12 @@ class Probes:
         return readings
 
     def read_for(self, names: set[str]) -> dict[str, float]:
-        """Fresh readings of the probes that give any of `names` (in `metrics`, `confirms` or read before):
-        a triage's counters (judging/triage.py), read at every step of it, without the other probes."""
+        """Fresh readings of the probes that give any of `names` (in their `metrics` or `confirms`): a
+        triage's counters (judging/triage.py), read through its steps without the other probes."""
         readings: dict[str, float] = {}
         for scheduled in list(self._scheduled):
             probe = scheduled.probe
-            gives = {*getattr(probe, "metrics", ()), *getattr(probe, "confirms", ()), *scheduled.seen}
+            gives = {*getattr(probe, "metrics", ()), *getattr(probe, "confirms", ())}
             if gives & names:
                 self._add(readings, probe, getattr(probe, "read_now", probe.read))
         return {name: value for name, value in readings.items() if name in names}
