@@ -15,12 +15,19 @@ it runs does.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from leakdoctor.base.version import __version__ as __version__
 
-_EXPORTS = {"LeakDoctor": "leakdoctor.doctor", "LeakDoctorWarning": "leakdoctor.lifecycle.guard",
-            "Finding": "leakdoctor.reporting.summary", "Summary": "leakdoctor.reporting.summary",
+if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ loads each on first use
+    from leakdoctor.base.findings import Finding as Finding
+    from leakdoctor.base.guard import LeakDoctorWarning as LeakDoctorWarning
+    from leakdoctor.doctor import LeakDoctor as LeakDoctor
+    from leakdoctor.reporting.summary import Summary as Summary
+    from leakdoctor.settings import UnknownOptionError as UnknownOptionError
+
+_EXPORTS = {"LeakDoctor": "leakdoctor.doctor", "LeakDoctorWarning": "leakdoctor.base.guard",
+            "Finding": "leakdoctor.base.findings", "Summary": "leakdoctor.reporting.summary",
             "UnknownOptionError": "leakdoctor.settings"}
 __all__ = ["LeakDoctor", "LeakDoctorWarning", "Finding", "Summary", "UnknownOptionError", "__version__"]
 

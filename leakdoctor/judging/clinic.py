@@ -17,18 +17,20 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from leakdoctor import remedies
-from leakdoctor.integrations import Cleanup, Forensic, MetricSpec
-from leakdoctor.judging.detect import SCALES, Trend, is_material, steps_to_limit
+from leakdoctor.base.evidence import Rule
+from leakdoctor.base.findings import Finding, RemedyOutcome
+from leakdoctor.base.guard import Guard
+from leakdoctor.base.integration import Cleanup, Forensic
+from leakdoctor.base.metric import MetricSpec
+from leakdoctor.base.trend import SCALES, Trend, is_material, steps_to_limit
+from leakdoctor.base.units import format_value
 from leakdoctor.judging.diagnosis import diagnose, unexplained_notes
-from leakdoctor.judging.evidence import Rule
 from leakdoctor.judging.investigate import Investigation
+from leakdoctor.judging.sites import allocation_sites
 from leakdoctor.judging.stopped import stopped
 from leakdoctor.judging.triage import Triage, corroborators
-from leakdoctor.lifecycle import oom
-from leakdoctor.lifecycle.guard import Guard
 from leakdoctor.reading.monitor import Monitor
 from leakdoctor.remedies.base import Remedy, RemedyContext
-from leakdoctor.reporting.summary import Finding, RemedyOutcome, format_value
 from leakdoctor.settings import Settings
 
 
@@ -73,7 +75,7 @@ class Clinic:
         self.findings: list[Finding] = []
         self.treatments: list[Treatment] = []
         self.notes: list[str] = []
-        self.sites: list[dict[str, Any]] = []  # allocation sites the investigations saw grow (oom.py)
+        self.sites: list[dict[str, Any]] = []  # allocation sites the investigations saw grow (sites.py)
         self.forensic_seconds = 0.0
         self.remedy_seconds = 0.0
         #: The whole doctor's share of the run's time (`overhead`): an investigation waits while the doctor's
@@ -327,7 +329,7 @@ class Clinic:
         evidence = investigation.finish(self._step, self.monitor.trends(), specs, self.settings.remedies,
                                          self.settings.horizon)
         self._investigated.update({m: float(self.monitor.series[m].peak) for m in investigation.suspects})
-        self.sites = oom.allocation_sites(evidence.reports, self.sites, self._step)
+        self.sites = allocation_sites(evidence.reports, self.sites, self._step)
         findings = diagnose(evidence, self.practice.rules, self.guard)
         self.notes += unexplained_notes(evidence, findings)
         explained: set[str] = set()

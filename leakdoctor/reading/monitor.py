@@ -1,6 +1,6 @@
 """Per-metric detection state: the series, each metric's baseline, and when a metric is suspect.
 
-A metric is suspect when its recent window minima grow significantly (detect.assess) at a rate that is
+A metric is suspect when its recent window minima grow significantly (base/trend.assess) at a rate that is
 material over the horizon. Metrics under investigation or verification are busy; metrics whose leak
 has no remedy (left) are quiet (reported once, not investigated again). A remedy moves the baseline,
 so only samples after it count; a suspicion that ended benign or dismissed, or a benign finding whose
@@ -14,8 +14,8 @@ import dataclasses
 import math
 from typing import Callable, Iterable, Mapping, Sequence
 
-from leakdoctor.integrations import MetricSpec
-from leakdoctor.judging.detect import SCALES, Trend, assess, is_material, onset, slope_bound, theil_sen
+from leakdoctor.base.metric import MetricSpec
+from leakdoctor.base.trend import SCALES, Trend, assess, is_material, onset, slope_bound, theil_sen
 from leakdoctor.reading.series import Series
 from leakdoctor.settings import Settings
 
@@ -74,7 +74,7 @@ class Monitor:
 
     def _could_matter(self, series: Series, level: int, since: int) -> bool:
         """Could the level's minima grow at a rate that matters, at any scale the detector tests? On the
-        bound of the Theil–Sen slope (detect.slope_bound), without numpy: the statistics, which a window
+        bound of the Theil–Sen slope (base/trend.slope_bound), without numpy: the statistics, which a window
         close that sets a new high would run, cost ten times more, and a clean run's resident memory
         creeps up by a page now and then."""
         entries = [e for e in series.levels[level] if e[0] > since]

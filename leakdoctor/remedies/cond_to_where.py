@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Sequence
 
-from leakdoctor.lifecycle.guard import warn
+from leakdoctor.base.guard import warn
 from leakdoctor.remedies.base import Remedy, RemedyContext
 
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
-#: (framework, the module whose presence says the process uses it), in the order that picks the doctor.
-FRAMEWORKS = (("torch", "torch"), ("mlx", "mlx.core"), ("jax", "jax"))
+from leakdoctor.runner.loaded import FRAMEWORKS, imported, integration_of
+
+__all__ = ["FRAMEWORKS", "FirstStep", "imported", "integration_of", "make_doctor"]
+
 
 
 class FirstStep:
@@ -71,11 +73,6 @@ class FirstStep:
         return model, optimizer
 
 
-def imported() -> list[str]:
-    """The frameworks this process imported, in FRAMEWORKS' order."""
-    return [name for name, module in FRAMEWORKS if module in sys.modules]
-
-
 def make_doctor(first: FirstStep, **options: Any) -> Any:
     """The loop doctor for this process's frameworks (see the module's docstring), with `options`."""
     frameworks = imported()
@@ -98,14 +95,3 @@ def make_doctor(first: FirstStep, **options: Any) -> Any:
     from leakdoctor.doctor import LeakDoctor
 
     return LeakDoctor(**options)
-
-
-def integration_of(name: str) -> Any:
-    """The integration of a framework imported beside the doctor's own (no model or optimizer of its own)."""
-    if name == "torch":
-        from leakdoctor.integrations import torch as part
-    elif name == "mlx":
-        from leakdoctor.integrations import mlx as part  # type: ignore[no-redef]
-    else:
-        from leakdoctor.integrations import jax as part  # type: ignore[no-redef]
-    return part.integration()
