@@ -28,6 +28,7 @@ from leakdoctor.judging.diagnosis import diagnose, unexplained_notes
 from leakdoctor.judging.investigate import Investigation
 from leakdoctor.judging.sites import allocation_sites
 from leakdoctor.judging.stopped import stopped
+from leakdoctor.judging.suspicion import Suspicion
 from leakdoctor.judging.triage import Triage, corroborators
 from leakdoctor.reading.monitor import Monitor
 from leakdoctor.remedies.base import Remedy, RemedyContext
@@ -63,6 +64,7 @@ class Clinic:
                  say: Callable[[str], None]) -> None:
         self.settings = settings
         self.monitor = monitor
+        self.suspicion = Suspicion(monitor)  # which metrics are suspect, on each window close
         self.practice = practice
         self.guard = guard
         self.say = say
@@ -137,7 +139,7 @@ class Clinic:
         if self.triage is not None:
             self._timed(self._triage_step, step, completed, run_seconds)
         elif self.investigation is None and completed:
-            suspects = {m: t for m, levels in completed.items() if (t := self.monitor.suspicion(m, levels))}
+            suspects = {m: t for m, levels in completed.items() if (t := self.suspicion.of(m, levels))}
             before = self._suspect_since
             self._suspect_since = {m: since for m, since in before.items() if m not in completed}
             self._suspect_since.update({m: before.get(m, step) for m in suspects})
@@ -185,7 +187,7 @@ class Clinic:
         assert triage is not None
         self._read_counters(step)
         joining = {m: t for m, levels in completed.items()
-                   if m not in triage.suspects and (t := self.monitor.suspicion(m, levels))}
+                   if m not in triage.suspects and (t := self.suspicion.of(m, levels))}
         if joining:
             self.monitor.busy(joining)
             counters = corroborators(joining, self._spec)
@@ -305,7 +307,7 @@ class Clinic:
         ladders read every metric, so a suspect that joins is judged on the whole window."""
         assert self.investigation is not None
         joining = {m: t for m, levels in completed.items()
-                   if m not in self.investigation.suspects and (t := self.monitor.suspicion(m, levels))}
+                   if m not in self.investigation.suspects and (t := self.suspicion.of(m, levels))}
         if joining:
             self.monitor.busy(joining)
             self.investigation.join(joining)
