@@ -10,6 +10,25 @@ name its cause and place, apply a remedy when allowed, verify it, and write a le
 Framework callbacks live in `leakdoctor.callbacks.<framework>`; no framework is imported here, and the
 names below load on first use, so `leakdoctor run` imports nothing (not even numpy) before the script
 it runs does.
+
+The public modules, each with its public names in `__all__` (tests/test_public_api.py checks them):
+
+    leakdoctor                         LeakDoctor, Summary, Finding, LeakDoctorWarning, UnknownOptionError
+    leakdoctor.callbacks.torch         plain PyTorch loops (LeakDoctor)
+    leakdoctor.callbacks.jax           JAX loops: Flax, Optax, Equinox (LeakDoctor; `.flax` is its older name)
+    leakdoctor.callbacks.mlx           MLX loops (LeakDoctor)
+    leakdoctor.callbacks.keras         Keras 3 (LeakDoctorCallback)
+    leakdoctor.callbacks.lightning     Lightning (LeakDoctorCallback)
+    leakdoctor.callbacks.ray           Ray Train (report)
+    leakdoctor.settings                the options (OPTIONS, Settings, UnknownOptionError, options_table)
+    leakdoctor.integrations            what an integration hands the engine (`integrations=`)
+    leakdoctor.reporting.summary       a run's Summary and its Findings (Summary.load reads a file back)
+    leakdoctor.reporting.loading       SummaryFileError, what reading a damaged summary file raises
+    leakdoctor.remedies                the remedy names and `remedies=` levels
+    leakdoctor.remedies.low_precision_init, leakdoctor.remedies.cond_to_where   remedies you may call yourself
+
+Every other module is internal: the ground floor of base types (leakdoctor/base/), the stages built on it
+(reading/, judging/, reporting/'s others, lifecycle/), the engine (doctor.py, options.py) and the runner.
 """
 
 from __future__ import annotations

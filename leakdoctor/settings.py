@@ -16,6 +16,9 @@ from typing import Any, Callable, Iterable, Sequence, TypedDict
 
 from leakdoctor.base import remedy_names as remedy_registry
 
+__all__ = ["Settings", "Option", "OPTIONS", "NAMES", "DoctorOptions", "UnknownOptionError", "options_table",
+           "parse_bytes"]
+
 #: The most steps an option counts (warm-up, window, horizon, ...): far beyond any run, and within what a
 #: float holds exactly, so that no step count overflows the arithmetic inside the user's loop.
 MAX_STEPS = 2**50

@@ -82,6 +82,8 @@ from leakdoctor.reporting.exporter import Publisher
 from leakdoctor.reporting.summary import Summary
 from leakdoctor.settings import DoctorOptions, documented, reject_unknown
 
+__all__ = ["LeakDoctorCallback", "KerasDoctor"]
+
 #: Keras backends an extra of leakdoctor installs, with that extra.
 BACKEND_EXTRAS = {"jax": "keras-jax", "torch": "keras-torch"}
 KERAS_BACKENDS = ("tensorflow", "jax", "torch", "numpy", "openvino")

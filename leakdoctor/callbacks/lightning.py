@@ -47,6 +47,8 @@ from leakdoctor.lifecycle.stopping import Agree
 from leakdoctor.reporting.summary import Summary
 from leakdoctor.settings import DoctorOptions, documented
 
+__all__ = ["LeakDoctorCallback", "LightningDoctor"]
+
 _PACKAGES = ("lightning.pytorch", "pytorch_lightning")
 
 

@@ -31,6 +31,8 @@ from typing import Any, Callable, Sequence
 from leakdoctor.base.guard import warn
 from leakdoctor.remedies.base import Remedy, RemedyContext
 
+__all__ = ["cond_to_where", "rewrite_jaxpr", "count_conds", "CondToWhere", "REMEDY"]
+
 
 def cond_to_where(target: Any) -> Any:
     """`target` (a JAX function, or an optax GradientTransformation) with every cond, nested ones

@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 from leakdoctor.base.schema import CAUSES, SCHEMA, SEVERITIES, STATES
 
+__all__ = ["SummaryFileError", "read", "check", "clean"]
+
 #: A summary is a few hundred kB (histories are bounded at 1024 points a series); a larger file is not one.
 MAX_BYTES = 64 * 2**20
 UNITS = ("bytes", "count", "seconds")

@@ -1,8 +1,8 @@
 """The doctor for a step that leakdoctor is handed as a callable (the pytest plugin's test body or
 `leak_check` step): the loop doctor of the frameworks this process imported, with the model and optimizer
 the first call of the step showed, as `leakdoctor run` attaches at a framework's step (frameworks.py). So a
-bug gets one cause, one holder and one line whichever entry point judged it (DESIGN.md, "One judgement
-everywhere"): a list of outputs that keeps their autograd graphs is `retained_graph` at the list's line, a
+bug gets one cause, one holder and one line whichever entry point judged it (each loads the same
+integrations): a list of outputs that keeps their autograd graphs is `retained_graph` at the list's line, a
 hook added per step `hook_accumulation` at its line, not growth of native memory at the allocating line.
 
 The doctor is torch's when torch is imported, else MLX's, else JAX's, else the engine; the integrations of
