@@ -294,6 +294,18 @@ class Summary:
         """Write the PNG of the run (needs matplotlib: the [plot] extra)."""
         plot_summary(self, path)
 
+    def write_html(self, path: str | os.PathLike[str]) -> None:
+        """Write the run as one self-contained HTML page (reporting/html.py), atomically."""
+        from leakdoctor.reporting import html
+
+        html.write(self, path)
+
+    def _repr_html_(self) -> str:
+        """In a notebook, a summary displays as its HTML report (its style scoped to the report)."""
+        from leakdoctor.reporting import html
+
+        return html.fragment(self)
+
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     """The entries of `data` that are fields of the dataclass `cls` (a newer file may have more)."""
