@@ -126,7 +126,8 @@ def test_the_series_that_proved_each_finding_are_drawn_inside_it():
     assert set(charts) == {"torch_hooks", "rss_bytes"}
     line = charts["torch_hooks"].find("polyline")
     assert len(line.attrs["points"].split()) == 40 == int(charts["torch_hooks"].attrs["data-points"])
-    marks = {(m.attrs["data-mark"], m.attrs["data-step"]) for m in charts["torch_hooks"].find_all("line", data_mark=True)}
+    marks = {(m.attrs["data-mark"], m.attrs["data-step"])
+             for m in charts["torch_hooks"].find_all("line", data_mark=True)}
     assert marks == {("onset", "30"), ("detected", "80")}
     remedied = {m.attrs["data-mark"]: m.attrs["data-step"] for m in found.finding("python_objects").find_all(
         "line", data_mark=True)}
@@ -198,7 +199,8 @@ def test_hostile_file_names_holders_and_metrics_are_text_not_markup():
     assert remedied.field("file") == "</style><b>evil&amp;.py" and remedied.field("line") == "7"
     hooks = found.finding("hook_accumulation")
     assert hooks.field("evidence") == f"</dd></dl></article>{HOSTILE}"
-    assert hooks.field("remedy-name") == HOSTILE and hooks.find(data_field="remedy").attrs["data-outcome"] == "ineffective"
+    assert hooks.field("remedy-name") == HOSTILE
+    assert hooks.find(data_field="remedy").attrs["data-outcome"] == "ineffective"
     assert found.finding("native_memory").find("figure").attrs["data-series"] == HOSTILE
     assert found.root.find(data_field="framework").text == HOSTILE
     assert len(found.root.find_all("style")) == 1  # the notes' </style> closed nothing
@@ -280,7 +282,7 @@ def test_html_path_writes_the_page_of_a_real_leaking_loop(tmp_path):
     assert found.errors == []
     assert found.root.find(data_field="verdict").text == summary["verdict"] == "leak"
     leak = next(f for f in found.findings() if f.attrs["data-state"] == "leak")
-    assert leak.field("cause") .startswith("python_objects") and leak.attrs["data-cause"] == "python_objects"
+    assert leak.field("cause").startswith("python_objects") and leak.attrs["data-cause"] == "python_objects"
     assert leak.field("state") == "leak"
     assert leak.field("file").endswith(HERE.name)
     line = next(i for i, text in enumerate(HERE.read_text().splitlines(), 1) if text.endswith("# LEAK-HTML"))

@@ -9,8 +9,9 @@ holder may hold markup). A program reads the page by its stable attributes, not 
 `data-section` on each part, `data-finding` (its index), `data-cause` and `data-state` on each finding,
 `data-field` on each field (cause, state, severity, metric, rate, first-step, detected-step, location
 with file, line, function and holder inside it, evidence, fix, reason, remedy with remedy-name,
-remedy-step, outcome and rate-after inside it), `data-event`, `data-step` (and `data-for-finding`, the index
-of its finding) on each event of the timeline, `data-series` on each chart. Pure functions: a summary in, a string out."""
+remedy-step, outcome and rate-after inside it), `data-event`, `data-step` (and `data-for-finding`, the
+index of its finding) on each event of the timeline, `data-series` on each chart (docs/html-report.md).
+Pure functions: a summary in, a string out."""
 
 from __future__ import annotations
 
@@ -322,7 +323,7 @@ def events(summary: "Summary") -> list[tuple[int, str, str, int | None]]:
     for i, f in enumerate(summary.findings):
         seen = "suspected" if f.final_state == "withdrawn" else "detected"
         found.append((f.first_step, "onset", f"{f.cause} on {f.metric}: growth began", i))
-        found.append((f.detected_step, "detected", f"{f.cause} on {f.metric}: {seen} (finally {f.final_state})", i))
+        found.append((f.detected_step, "detected", f"{f.cause} on {f.metric}: {seen}; in the end: {f.final_state}", i))
         if f.remedy is not None:
             said = f"remedy {f.remedy.name} applied for {f.cause}: {remedy_outcome(f.remedy)}"
             found.append((f.remedy.applied_step, "remedy", said, i))

@@ -16,7 +16,7 @@ from leakdoctor.reporting.plot import decimals, unit_of, y_limits
 WIDTH, HEIGHT = 720, 200
 #: The plot area inside the chart: left margin for the value ticks, bottom for the step ticks.
 LEFT, RIGHT, TOP, BOTTOM = 78, 12, 10, 26
-TICKS = 5
+TICKS = 6
 
 
 @dataclass(frozen=True)
