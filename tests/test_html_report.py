@@ -8,6 +8,7 @@ tests/test_html_browser.py."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -315,3 +316,23 @@ def test_the_example_page_in_examples_is_the_one_rendered_from_its_summary():
     assert (EXAMPLES / "report.html").read_text() == render(summary), "examples/report.html is out of date"
     found = page(summary)
     assert found.findings() and found.root.find(data_field="verdict").text == summary.verdict
+
+
+@pytest.mark.parametrize("kind", ["torch", "keras"])
+def test_leakdoctor_run_html_reaches_a_doctor_or_callback_the_script_made(tmp_path, kind):
+    """A script with its own doctor (torch) or its own Keras callback: the run joins it, and its --html
+    applies where the script set no html_path, as --summary and --plot do."""
+    for module in ("torch", "keras") if kind == "keras" else ("torch",):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"needs {module}")
+    script, args = ("own_doctor.py", ("torch", "100")) if kind == "torch" else ("own_callback.py", ("keras", "60"))
+    out = tmp_path / "report.html"
+    result = run(leakdoctor_run("-o", "memory_limit=4GiB", "--summary", tmp_path / "leaks.json", "--html", out,
+                                SCRIPTS / script, *args), cwd=tmp_path, KERAS_BACKEND="torch")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "leaks.json").read_text())
+    found = Page(out.read_text())
+    assert found.errors == [] and found.root.find(data_field="verdict").text == summary["verdict"]
+    assert found.root.find(data_field="framework").text == kind
+    assert sorted((f.attrs["data-cause"], f.attrs["data-state"]) for f in found.findings()) == sorted(
+        (f["cause"], f["state"]) for f in summary["findings"])
