@@ -160,6 +160,19 @@ def test_a_run_stopped_before_the_limit_shows_the_stop_on_its_timeline_and_chart
     assert "STOPPED at step 300" in found.root.find(data_section="ending").text
 
 
+def test_keras_calls_and_an_imminent_oom_are_on_the_timeline():
+    summary = three_findings()
+    summary.calls = [{"call": 1, "kind": "fit", "first_step": 1, "last_step": 50},
+                     {"call": 2, "kind": "evaluate", "first_step": 51, "last_step": 60}]
+    summary.oom = {"step": 390, "imminent": True, "rss_bytes": 7.6 * 2**30, "limit_bytes": 8 * 2**30,
+                   "figure": "rss_bytes", "growing": [], "sites": []}
+    found = page(summary)
+    timeline = [(li.attrs["data-event"], li.attrs["data-step"]) for li in found.root.find(
+        data_section="timeline").find_all("li") if li.attrs["data-event"] in ("call", "oom")]
+    assert timeline == [("call", "50"), ("call", "60"), ("oom", "390")]
+    assert "OUT OF MEMORY IMMINENT at step 390" in found.root.find(data_section="ending").text
+
+
 def test_an_unwatched_run_without_series_or_findings_renders():
     summary = Summary("python", 0, {}, [], unwatched={"reason": "0 step(s) seen", "fix": "name the step"})
     found = page(summary)

@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from leakdoctor.reporting.plot import MARKED_CALLS, proof_panels, shown
-from leakdoctor.reporting.schema import CAUSES, STATES
+from leakdoctor.reporting.schema import CAUSES, SCHEMA, STATES
 from leakdoctor.reporting.svg import Mark, chart, text
 
 if TYPE_CHECKING:
     from leakdoctor.reporting.summary import Finding, RemedyOutcome, Summary
 
-__all__ = ["render", "fragment", "write", "place"]
+__all__ = ["render", "fragment", "write", "place", "events", "remedy_outcome"]
 
 #: What each state means, said once under the findings so that the page reads without the README.
 STATE_MEANINGS = {
@@ -60,7 +60,7 @@ def fragment(summary: "Summary") -> str:
     uid = "ld-" + hashlib.sha1(summary.to_json().encode()).hexdigest()[:10]  # anchors unique on a page of several
     parts = [_header(summary), _ending(summary), _findings(summary, uid), _series(summary),
              _timeline(summary, uid), _ranks(summary), _notes(summary)]
-    return (f'<div class="leakdoctor-report" data-report="leakdoctor" data-schema="leakdoctor.summary/1" '
+    return (f'<div class="leakdoctor-report" data-report="leakdoctor" data-schema="{SCHEMA}" '
             f'id="{uid}">\n<style>{STYLE}</style>\n' + "\n".join(p for p in parts if p) + "\n</div>")
 
 
@@ -329,8 +329,8 @@ def events(summary: "Summary") -> list[tuple[int, str, str, int | None]]:
             found.append((f.remedy.applied_step, "remedy", said, i))
     calls = summary.calls or []
     if 1 < len(calls) <= MARKED_CALLS:
-        found += [(int(c.get("last_step", 0)), "call", f"{c.get('kind', 'call')} call {c.get('call', n)} ended", None)
-                  for n, c in enumerate(calls)]
+        found += [(c["last_step"], "call", f"{c.get('kind', 'call')} call {c.get('call', n)} ended", None)
+                  for n, c in enumerate(calls) if isinstance(c, dict) and isinstance(c.get("last_step"), int)]
     if summary.stopped and isinstance(summary.stopped.get("step"), int):
         found.append((summary.stopped["step"], "stopped",
                       f"stopped before the memory limit: {summary.stopped.get('reason', '')}", None))

@@ -13,6 +13,8 @@ from typing import Sequence
 from leakdoctor.reporting.loading import clean
 from leakdoctor.reporting.plot import decimals, unit_of, y_limits
 
+__all__ = ["Mark", "chart", "nice_ticks", "text"]
+
 WIDTH, HEIGHT = 720, 200
 #: The plot area inside the chart: left margin for the value ticks, bottom for the step ticks.
 LEFT, RIGHT, TOP, BOTTOM = 78, 12, 10, 26
