@@ -1,5 +1,5 @@
-"""Command line: `leakdoctor demo [--case NAME]`, `leakdoctor report leaks.json [--plot out.png]` and
-`leakdoctor run [options] script.py [args...]` (also `python -m leakdoctor ...`).
+"""Command line: `leakdoctor demo [--case NAME]`, `leakdoctor report leaks.json [--plot out.png] [--html
+out.html]` and `leakdoctor run [options] script.py [args...]` (also `python -m leakdoctor ...`).
 `report` exits 0 when the summary's verdict is "clean" or "remedied", 1 when it is "leak", so a CI job can
 gate on it, 2 when the file is not a readable summary (a one-line error), so a corrupt file is not taken
 for a leak, and 3 when it is "unwatched" (too few steps seen to judge: not a pass); with
@@ -29,6 +29,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
     report = commands.add_parser("report", help="print a saved summary (and plot it)")
     report.add_argument("summary", help="a summary JSON written by leakdoctor")
     report.add_argument("--plot", help="write a PNG of the series here")
+    report.add_argument("--html", metavar="PATH", help="write the report as one self-contained HTML page here")
     report.add_argument("--fail-on-leak", nargs="?", const="major", default="major", choices=("major", "minor"),
                         metavar="=minor", help="--fail-on-leak=minor: exit 1 on a minor finding too")
     run_command.configure(commands.add_parser("run", help="run a script unedited with a doctor at its training step"))
@@ -82,6 +83,13 @@ def _report(args: argparse.Namespace) -> int:
             print(clean(f"leakdoctor report: cannot plot to {args.plot}: {err}"), file=sys.stderr)
             return 2
         _print(f"plot written to {args.plot}")
+    if args.html:
+        try:
+            summary.write_html(args.html)
+        except (OSError, ValueError, TypeError) as err:
+            print(clean(f"leakdoctor report: cannot write {args.html}: {err}"), file=sys.stderr)
+            return 2
+        _print(f"HTML report written to {args.html}")
     return _status(summary, args)
 
 

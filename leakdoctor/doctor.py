@@ -502,11 +502,13 @@ class LeakDoctor:
             return False
 
     def _emit(self, summary: Summary) -> None:
-        """Write the JSON (stderr if the path fails), the plot, and print the table on rank 0."""
+        """Write the JSON (stderr if the path fails), the plot, the HTML page, and print the table on rank 0."""
         if self.settings.summary_path is not None and not self.write_summary(summary):
             print(summary.to_json(), file=sys.stderr)
         if self.settings.plot_path is not None:
             self._guard.call("plot", summary.plot, self.settings.plot_path)
+        if self.settings.html_path is not None:
+            self._guard.call("html", summary.write_html, self.settings.html_path)
         if self.settings.verbose and self.settings.rank == 0:
             print(summary.text(), file=sys.stderr)
 

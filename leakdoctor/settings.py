@@ -46,6 +46,7 @@ class Settings:
     remedies: tuple[str, ...]
     summary_path: Path | None
     plot_path: Path | None
+    html_path: Path | None
     warmup: int
     window: int
     horizon: int
@@ -296,6 +297,8 @@ OPTIONS: tuple[Option, ...] = (
            "a file path (str or os.PathLike; its folder is created) or None", _writable),
     Option("plot_path", None, "write a PNG of every series, with detections and remedies marked, when the run ends "
            "(needs matplotlib)", "a file path or None", _writable),
+    Option("html_path", None, "write the run as one self-contained HTML page (verdict, findings, series drawn, "
+           "timeline) when the run ends", "a file path or None", _writable),
     Option("warmup", 20, "steps ignored at the start (imports, compiles, caches filling up)",
            "an int >= 0 (at most 2**50)",
            _at_least(0)),
@@ -365,6 +368,7 @@ class DoctorOptions(TypedDict, total=False):
     remedies: str | Sequence[str]
     summary_path: str | os.PathLike[str] | None
     plot_path: str | os.PathLike[str] | None
+    html_path: str | os.PathLike[str] | None
     warmup: int
     window: int
     horizon: int

@@ -141,8 +141,8 @@ _KINDS = {"train": "fit", "test": "evaluate", "predict": "predict"}
 #: The points a series of the summary keeps (as reading/series.py's history).
 HISTORY = 1024
 #: Options for the across-calls doctor alone: it writes, plots and serves the callback's one summary.
-_RUN_ONLY = ("summary_path", "plot_path", "prometheus_port", "prometheus_host", "prometheus_linger",
-             "prometheus_pushgateway")
+_RUN_ONLY = ("summary_path", "plot_path", "html_path", "prometheus_port", "prometheus_host",
+             "prometheus_linger", "prometheus_pushgateway")
 
 
 class KerasDoctor(doctor.LeakDoctor):

@@ -34,7 +34,8 @@ def options_on_rank(options: Mapping[str, Any], rank: int) -> dict[str, Any]:
     options.setdefault("rank", rank)
     if options["rank"] > 0:
         path = options.get("summary_path")
-        options.update(summary_path=rank_path(path, options["rank"]) if path is not None else None, plot_path=None)
+        options.update(summary_path=rank_path(path, options["rank"]) if path is not None else None, plot_path=None,
+                       html_path=None)
     return options
 
 

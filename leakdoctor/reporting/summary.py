@@ -174,6 +174,18 @@ class Summary:
         """Write the PNG of the run (needs matplotlib: the [plot] extra)."""
         plot_summary(self, path)
 
+    def write_html(self, path: str | os.PathLike[str]) -> None:
+        """Write the run as one self-contained HTML page (reporting/html.py), atomically."""
+        from leakdoctor.reporting import html
+
+        html.write(self, path)
+
+    def _repr_html_(self) -> str:
+        """In a notebook, a summary displays as its HTML report (its style scoped to the report)."""
+        from leakdoctor.reporting import html
+
+        return html.fragment(self)
+
 
 def _strict(value: Any) -> Any:
     """`value` with numpy scalars made Python numbers and non-finite floats made None, all the way down."""

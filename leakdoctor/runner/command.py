@@ -1,6 +1,6 @@
 """The `leakdoctor run` command line: its options, and their way to `runner.run`.
 
-    leakdoctor run [--remedies safe] [--summary leaks.json] [--plot leaks.png] [--on-limit stop]
+    leakdoctor run [--remedies safe] [--summary leaks.json] [--plot leaks.png] [--html leaks.html] [--on-limit stop]
                    [--prometheus-port N] [--fail-on-leak[=minor]] [--step-on module:function] [-o NAME=VALUE]
                    script.py [args...]
 
@@ -22,6 +22,7 @@ OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                                                                  "or remedy names separated by commas")),
     (("--summary",), dict(metavar="PATH", help="write the summary JSON here")),
     (("--plot",), dict(metavar="PATH", help="write a PNG of the series here (needs matplotlib)")),
+    (("--html",), dict(metavar="PATH", help="write the report as one self-contained HTML page here")),
     (("--on-limit",), dict(choices=("warn", "stop"), help="act before an unremedied leak reaches the memory limit")),
     (("--prometheus-port",), dict(type=int, metavar="N", help="serve /metrics on 127.0.0.1:N (+ LOCAL_RANK)")),
     (("--prometheus-host",), dict(metavar="HOST", help="bind another address than 127.0.0.1")),
@@ -112,7 +113,7 @@ def doctor_options(args: argparse.Namespace) -> dict[str, Any]:
     remedies = args.remedies if args.remedies in ("off", "safe", "all") else \
         [name.strip() for name in args.remedies.split(",") if name.strip()]
     options: dict[str, Any] = {"remedies": remedies}
-    for name, value in (("summary_path", args.summary), ("plot_path", args.plot),
+    for name, value in (("summary_path", args.summary), ("plot_path", args.plot), ("html_path", args.html),
                         ("prometheus_port", args.prometheus_port), ("prometheus_host", args.prometheus_host)):
         if value is not None:
             options[name] = value

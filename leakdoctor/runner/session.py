@@ -40,7 +40,7 @@ LOOPS = ("torch", "mlx", "optax", "flax", "compiled")
 #: The kind of a run that joined a loop doctor the script made: the script steps it, the run never does.
 SCRIPT = "script"
 #: The options a doctor already made takes from the run where the script set none (what it writes, not how it judges).
-OUTPUTS = ("summary_path", "plot_path")
+OUTPUTS = ("summary_path", "plot_path", "html_path")
 #: A run whose steps went to processes started by spawn or forkserver (`spawned`: {method: count}).
 SPAWNED = ("the script took no step in this process, and started {count} process(es) by {methods} (e.g. a "
            "multiprocessing Pool of that start method), where its steps ran: `leakdoctor run` watches the "
@@ -136,7 +136,7 @@ class Session:
         self.kind, self.doctor, self._first, self.joined = None, None, None, False
         self.found, self.made = {}, weakref.WeakSet()  # the parent's doctors, copied by the fork, are the parent's
         options = {k: v for k, v in self.options.items() if not k.startswith("prometheus_")}
-        options.update(summary_path=summary_path, plot_path=None, verbose=False)
+        options.update(summary_path=summary_path, plot_path=None, html_path=None, verbose=False)
         self.options = options
 
     def finish_child(self) -> None:
@@ -154,7 +154,7 @@ class Session:
             return True
         if isinstance(self.doctor, LeakDoctor) and not self.joined:  # the script's own wrote what it was asked
             self.doctor.settings = dataclasses.replace(self.doctor.settings, summary_path=None, plot_path=None,
-                                                       verbose=False)
+                                                       html_path=None, verbose=False)
             return True
         return False
 
@@ -167,7 +167,8 @@ class Session:
         return options["rank"], (str(path) if path else None), options.get("plot_path")
 
     def emit(self, summary: Any) -> None:
-        """Write, plot and print a summary as the attached doctor would have (printed on rank 0 only)."""
+        """Write, plot, write as HTML and print a summary as the attached doctor would have (printed on rank 0
+        only)."""
         rank, path, plot = self.destination()
         if path:
             try:
@@ -179,6 +180,12 @@ class Session:
                 summary.plot(plot)
             except Exception as err:  # noqa: BLE001 - a plot is a bonus
                 print(f"leakdoctor run: could not plot to {plot}: {err}", file=sys.stderr)
+        page = ranks.options_on_rank(self.options, process_rank()).get("html_path")
+        if page:
+            try:
+                summary.write_html(page)
+            except Exception as err:  # noqa: BLE001 - a page is a bonus, as the plot
+                print(f"leakdoctor run: could not write the HTML report to {page}: {err}", file=sys.stderr)
         if self.options.get("verbose", True) and rank == 0:
             print(summary.text(), file=sys.stderr)
 
