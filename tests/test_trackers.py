@@ -33,7 +33,7 @@ from leakdoctor import LeakDoctorWarning  # noqa: E402
 from leakdoctor.callbacks.torch import LeakDoctor as TorchDoctor  # noqa: E402
 from leakdoctor.trackers.base import Tracker  # noqa: E402
 
-STEPS = 200
+STEPS = 150
 
 
 def train(leak: bool, steps: int = STEPS, log=None, **options: object):
@@ -146,10 +146,19 @@ def test_leakdoctor_run_with_tracker_tensorboard(tmp_path):
     assert texts(board, "leakdoctor/verdict")[-1][1] == "leak"
 
 
-def test_leakdoctor_run_refuses_an_unknown_tracker(tmp_path):
-    result = run(leakdoctor_run("--tracker", "tensorbord", SCRIPTS / "torch_hooks.py", "5"), cwd=tmp_path)
+def test_leakdoctor_run_refuses_an_unknown_tracker_before_the_script_runs(tmp_path):
+    script = tmp_path / "never.py"
+    script.write_text("open('ran', 'w').close()\n")
+    result = run(leakdoctor_run("--tracker", "mlflow", "--tracker", "tensorbord", script), cwd=tmp_path)
     assert result.returncode == 2 and "did you mean 'tensorboard'?" in result.stderr, result.stderr
-    assert not (tmp_path / "runs").exists()
+    assert not (tmp_path / "ran").exists()
+
+
+def test_tracker_takes_the_next_word_as_its_name_and_repeats():
+    from leakdoctor.runner.command import split
+
+    assert split(["run", "--tracker", "mlflow", "--tracker", "wandb", "train.py", "--tracker", "x"]) == \
+        (["run", "--tracker", "mlflow", "--tracker", "wandb", "train.py"], ["--tracker", "x"])
 
 
 # --- MLflow -------------------------------------------------------------------------------------------

@@ -21,7 +21,11 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-__all__ = ["NAMES", "resolve", "adapt"]
+__all__ = ["NAMES", "resolve", "adapt", "Tracker", "TensorBoard", "MLflow", "WandB"]
+
+#: The classes, imported on first use (`from leakdoctor.trackers import MLflow`): each module imports its
+#: library only when a tracker opens, but this package stays free of them all the same.
+_CLASSES = {"Tracker": "base", "TensorBoard": "tensorboard", "MLflow": "mlflow", "WandB": "wandb"}
 
 #: The tracker names `trackers=` and `--tracker` take, with the extra each needs.
 NAMES = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}
@@ -96,3 +100,11 @@ def adapt(item: Any) -> Any:
     from leakdoctor.trackers.wandb import WandB
 
     return WandB(run=given)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CLASSES:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_CLASSES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,6 +7,7 @@ entry in the summary's errors) and switched off, and the run goes on.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -27,11 +28,14 @@ STATES = ("leak", "remedied", "benign")
 
 class Feed:
     """The trackers of one doctor. Each is opened at the first publish (so that the script's run, opened after
-    the doctor was made, is found) and its calls are guarded under `tracker NAME`."""
+    the doctor was made, is found) and its calls are guarded under `tracker NAME`. A copy inherited through a
+    fork (a DataLoader worker that steps the parent's doctor) sends nothing: the writers and runs, and their
+    threads, are the parent's."""
 
     def __init__(self, trackers: Sequence[Tracker], guard: "Guard") -> None:
         self.trackers = list(trackers)
         self._guard = guard
+        self._pid = os.getpid()
         self._opened = False
         self._states: dict[Any, str] = {}  # finding key -> the state the trackers were last told
         names = [t.name for t in self.trackers]  # the guard's part per tracker: `tracker mlflow` (`#2` if twice)
@@ -42,6 +46,8 @@ class Feed:
                 projected_limit_step: int | None, overhead: Mapping[str, float], verdict: str | None = None) -> None:
         """After a sample (and at finish(), with the final values): the scalars, and the findings that
         appeared or changed state since the last publish."""
+        if os.getpid() != self._pid:
+            return
         self._open()
         values = scalars(readings, findings, projected_limit_step, overhead)
         changed = [f for f in findings if self._states.get(f.key) != f.final_state]
@@ -55,6 +61,8 @@ class Feed:
     def conclude(self, summary: "Summary", plot: Path | None) -> None:
         """At the end, after the summary (and the plot) were written: the verdict, then close each tracker
         (one that failed before is still closed, quietly, so that its files are flushed)."""
+        if os.getpid() != self._pid:
+            return
         self._open()
         for tracker in self.trackers:
             self._call(tracker, tracker.verdict, summary, plot)
