@@ -222,6 +222,19 @@ def test_mlflow_without_an_active_run_starts_one_and_ends_it(mlflow, tmp_path):
     assert written["verdict"] == "clean" and written["steps"] == STEPS
 
 
+def test_mlflow_that_cannot_write_its_store_is_reported_once_and_the_run_goes_on(mlflow, tmp_path):
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the store's folder should be\n")
+    mlflow.set_tracking_uri(blocked.as_uri())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        summary = train(leak=True, trackers="mlflow")
+    said = [str(w.message) for w in caught if issubclass(w.category, LeakDoctorWarning)]
+    assert len([m for m in said if "tracker mlflow failed" in m]) == 1, said
+    assert summary.steps == STEPS and summary.verdict == "leak"
+    assert [e["part"] for e in summary.errors] == ["tracker mlflow"]
+
+
 # --- Weights & Biases ---------------------------------------------------------------------------------
 
 @pytest.fixture
@@ -387,3 +400,13 @@ def test_names_are_kept_once_and_none_is_no_tracker():
 
     assert Settings.create(trackers=["TensorBoard", "tensorboard", "mlflow"]).trackers == ("tensorboard", "mlflow")
     assert Settings.create(trackers=None).trackers == () == Settings.create().trackers
+
+
+def test_the_trackers_import_no_tracker_library_and_a_doctor_that_never_stepped_opens_none(tmp_path):
+    code = ("import sys\nimport leakdoctor, leakdoctor.doctor\n"
+            "from leakdoctor.trackers import feed, tensorboard, mlflow, wandb, TensorBoard, MLflow, WandB\n"
+            "from leakdoctor import LeakDoctor\n"
+            "LeakDoctor(trackers=['tensorboard', 'mlflow', 'wandb'], verbose=False).finish()\n"
+            "print(sorted(m for m in ('torch', 'tensorboard', 'tensorboardX', 'mlflow', 'wandb') if m in sys.modules))")
+    result = run([__import__("sys").executable, "-c", code], cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.strip() == "[]", result.stderr

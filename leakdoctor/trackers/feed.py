@@ -27,8 +27,8 @@ STATES = ("leak", "remedied", "benign")
 
 
 class Feed:
-    """The trackers of one doctor. Each is opened at the first publish (so that the script's run, opened after
-    the doctor was made, is found) and its calls are guarded under `tracker NAME`. A copy inherited through a
+    """The trackers of one doctor. Each is opened at the first publish after a step (so that the script's run,
+    opened after the doctor was made, is found) and its calls are guarded under `tracker NAME`. A copy inherited through a
     fork (a DataLoader worker that steps the parent's doctor) sends nothing: the writers and runs, and their
     threads, are the parent's."""
 
@@ -46,7 +46,7 @@ class Feed:
                 projected_limit_step: int | None, overhead: Mapping[str, float], verdict: str | None = None) -> None:
         """After a sample (and at finish(), with the final values): the scalars, and the findings that
         appeared or changed state since the last publish."""
-        if os.getpid() != self._pid:
+        if os.getpid() != self._pid or (step == 0 and not self._opened):  # no step: no run to make
             return
         self._open()
         values = scalars(readings, findings, projected_limit_step, overhead)
@@ -60,10 +60,10 @@ class Feed:
 
     def conclude(self, summary: "Summary", plot: Path | None) -> None:
         """At the end, after the summary (and the plot) were written: the verdict, then close each tracker
-        (one that failed before is still closed, quietly, so that its files are flushed)."""
-        if os.getpid() != self._pid:
+        (one that failed before is still closed, quietly, so that its files are flushed). A doctor that
+        never stepped opened none, and sends nothing."""
+        if os.getpid() != self._pid or not self._opened:
             return
-        self._open()
         for tracker in self.trackers:
             self._call(tracker, tracker.verdict, summary, plot)
             if self._parts[id(tracker)] in self._guard.off:
