@@ -410,3 +410,18 @@ def test_the_trackers_import_no_tracker_library_and_a_doctor_that_never_stepped_
             "print(sorted(m for m in ('torch', 'tensorboard', 'tensorboardX', 'mlflow', 'wandb') if m in sys.modules))")
     result = run([__import__("sys").executable, "-c", code], cwd=tmp_path)
     assert result.returncode == 0 and result.stdout.strip() == "[]", result.stderr
+
+
+def test_a_name_opens_a_tracker_on_rank_0_only_and_a_given_writer_on_any_rank(tmp_path, monkeypatch):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from leakdoctor import LeakDoctor
+
+    monkeypatch.chdir(tmp_path)
+    writer = SummaryWriter(log_dir=str(tmp_path / "mine"))
+    with LeakDoctor(trackers=["tensorboard", writer], rank=1, overhead=1.0, verbose=False) as doctor:
+        for _ in range(30):
+            doctor.step()
+    writer.close()
+    assert not (tmp_path / "runs").exists()  # rank 1 made no writer of its own
+    assert len(scalars(events(tmp_path / "mine"), "leakdoctor/rss_bytes")) > 5

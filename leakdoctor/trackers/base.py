@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 if TYPE_CHECKING:
     from leakdoctor.reporting.summary import Finding, Summary
 
-__all__ = ["Tracker", "finding_record", "where", "findings_markdown", "PREFIX"]
+__all__ = ["Tracker", "finding_record", "where", "findings_markdown", "PREFIX", "COLUMNS"]
 
 #: Where the doctor's scalars go in every tracker: `leakdoctor/rss_bytes`, `leakdoctor/findings/leak`.
 PREFIX = "leakdoctor/"

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from leakdoctor.trackers.base import PREFIX, Tracker
+from leakdoctor.trackers.base import PREFIX, Tracker, finding_record
 
 if TYPE_CHECKING:
     from leakdoctor.reporting.summary import Summary
@@ -83,8 +83,6 @@ class MLflow(Tracker):
             self._client.set_tag(self.run_id, tag, _line(record, step))
 
     def verdict(self, summary: "Summary", plot: Path | None) -> None:
-        from leakdoctor.trackers.base import finding_record
-
         self.findings(summary.steps, [finding_record(f) for f in summary.findings])
         self._client.set_tag(self.run_id, VERDICT_TAG, summary.verdict)
         self._client.log_dict(self.run_id, summary.to_dict(), PREFIX + "summary.json")
