@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence, TypedDict
 
 from leakdoctor import remedies as remedy_registry
-from leakdoctor import trackers as tracker_registry
+from leakdoctor.base import tracker_names
 
 #: The most steps an option counts (warm-up, window, horizon, ...): far beyond any run, and within what a
 #: float holds exactly, so that no step count overflows the arithmetic inside the user's loop.
@@ -356,7 +356,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("trackers", (), "send the series, the findings as they change state and the verdict to experiment "
            "trackers: the run the script has open, else a new one (docs/trackers.md)",
            '`"tensorboard"`, `"mlflow"`, `"wandb"`, a SummaryWriter or run object, or a list of them',
-           _given(tracker_registry.resolve)),
+           _given(tracker_names.resolve)),
 )
 NAMES: frozenset[str] = frozenset(o.name for o in OPTIONS)
 
