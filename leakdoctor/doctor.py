@@ -20,6 +20,7 @@ import threading
 import time
 import weakref
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
 from leakdoctor.base.findings import Finding
@@ -41,6 +42,7 @@ from leakdoctor.remedies.base import Remedy
 from leakdoctor.reporting import exporter, report
 from leakdoctor.reporting.summary import Summary, verdict_of
 from leakdoctor.settings import DoctorOptions, Settings, documented
+from leakdoctor.trackers import feed
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -129,6 +131,7 @@ class LeakDoctor:
         _LIVE.add(self)  # a fork re-creates the lock in the child (_new_locks_in_child)
         # The exporter last but for the registrations: a bad port raises here, with nothing registered.
         self._publisher = self._new_publisher()
+        self._trackers = feed.feed_for(self.settings, self._guard)  # trackers=: fed as the exporter is
         self._register_ending()
         if self.settings.sampler != "inline":
             self._start_thread()
@@ -308,6 +311,8 @@ class LeakDoctor:
         self._countdown = sampler.steps_to_next(self._step)
         if self._publisher is not None:
             self._guard.call("prometheus", self._publish)
+        if self._trackers is not None:
+            self._guard.call("trackers", self._publish, None, self._trackers)
 
     def finish(self, exception: BaseException | None = None) -> Summary:
         """End the run: conclude what is pending, build the summary, write, plot and print it. Safe to
@@ -345,7 +350,13 @@ class LeakDoctor:
             self._guard.call("prometheus", self._publish, summary)
             exporter.conclude(self._publisher, self.settings, self._guard)
             summary.errors = _with_errors(summary, self._guard).errors  # a failed push: in the summary written next
+        if self._trackers is not None:
+            self._guard.call("trackers", self._publish, summary, self._trackers)
+            summary.errors = _with_errors(summary, self._guard).errors
         self._emit(summary)
+        if self._trackers is not None:  # once the plot is written; a failure now is a warning and in `summary`
+            self._guard.call("trackers", self._trackers.conclude, summary, self._plot_written())
+            summary.errors = _with_errors(summary, self._guard).errors
         termination.unregister(self)  # only now: a SIGTERM while finishing still finds it
         return summary
 
@@ -429,19 +440,26 @@ class LeakDoctor:
         self.finish(exc)
         return False
 
-    def _publish(self, final: Summary | None = None) -> None:
-        """Hand the exporter what this sample left (readings, findings, projection, overhead, the verdict
-        so far), or at finish() the `final` summary's values."""
+    def _publish(self, final: Summary | None = None, to: Any = None) -> None:
+        """Hand the exporter (or `to`: the trackers' feed, which takes the same) what this sample left
+        (readings, findings, projection, overhead, the verdict so far), or at finish() the `final`
+        summary's values."""
+        to = to if to is not None else self._publisher
         if final is not None:
-            self._publisher.publish(final.steps, self.readings, final.findings, final.projected_limit_step,
-                                    final.overhead, final.verdict)
+            to.publish(final.steps, self.readings, final.findings, final.projected_limit_step, final.overhead,
+                       final.verdict)
             return
         findings = self._clinic.findings
         verdict = verdict_of(findings)
         if verdict == "clean" and report.unwatched(self.settings, self._step, self._guard.engine_error()):
             verdict = "unwatched"
-        self._publisher.publish(self._step, self.readings, findings,
-                                report.projection(findings, self._monitor, self._step), self._overhead(), verdict)
+        to.publish(self._step, self.readings, findings, report.projection(findings, self._monitor, self._step),
+                   self._overhead(), verdict)
+
+    def _plot_written(self) -> Path | None:
+        """The plot's path once `_emit` wrote it (None without plot_path, or when plotting failed)."""
+        path = self.settings.plot_path
+        return path if path is not None and "plot" not in self._guard.off and path.exists() else None
 
     # --- the end ---------------------------------------------------------------------------------
 

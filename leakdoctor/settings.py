@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence, TypedDict
 
 from leakdoctor.base import remedy_names as remedy_registry
+from leakdoctor.base import tracker_names
 
 __all__ = ["Settings", "Option", "OPTIONS", "NAMES", "DoctorOptions", "UnknownOptionError", "options_table",
            "parse_bytes"]
@@ -68,6 +69,7 @@ class Settings:
     prometheus_host: str
     prometheus_linger: float
     prometheus_pushgateway: str | None
+    trackers: tuple[Any, ...]
 
     @property
     def sampling_budget(self) -> float:
@@ -357,6 +359,10 @@ OPTIONS: tuple[Option, ...] = (
            _linger),
     Option("prometheus_pushgateway", None, "push the final values to this Prometheus Pushgateway at `finish()`",
            'a URL such as `"http://127.0.0.1:9091"`, or None', _pushgateway),
+    Option("trackers", (), "send the series, the findings as they change state and the verdict to experiment "
+           "trackers: the run the script has open, else a new one (docs/trackers.md)",
+           '`"tensorboard"`, `"mlflow"`, `"wandb"`, a SummaryWriter or run object, or a list of them',
+           _given(tracker_names.resolve)),
 )
 NAMES: frozenset[str] = frozenset(o.name for o in OPTIONS)
 
@@ -390,6 +396,7 @@ class DoctorOptions(TypedDict, total=False):
     prometheus_host: str | None
     prometheus_linger: float
     prometheus_pushgateway: str | None
+    trackers: str | Any | Sequence[Any] | None
 
 
 class UnknownOptionError(ValueError, TypeError):

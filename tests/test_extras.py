@@ -33,6 +33,9 @@ PROMISED: dict[str, set[str]] = {
     "mlx": {"mlx", "mlx-cpu"} if LINUX else {"mlx"},
     "plot": {"matplotlib"},
     "prometheus": {"prometheus-client"},
+    "tensorboard": {"tensorboard", "tensorboardx"},
+    "mlflow": {"mlflow-skinny"},
+    "wandb": {"wandb"},
     "ray": {"ray", "torch"},
 }
 #: The extras `all` leaves out (ray: ray, pyarrow and pandas are heavy, and Ray Train is a launcher, not a framework).
@@ -148,6 +151,10 @@ INSTALLED: list[tuple[str, str, str | None]] = [
     ("plot", "import os; from leakdoctor import Summary; from leakdoctor.reporting.plot import plot_summary; "
              "plot_summary(Summary('python', 0, {}, []), 'plot.png'); assert os.path.getsize('plot.png') > 1000", None),
     ("prometheus", "from leakdoctor.reporting import exporter; assert exporter.require().__name__ == 'prometheus_client'", None),
+    ("tensorboard", "from leakdoctor.trackers.tensorboard import summary_writer\nwriter = summary_writer()('tb')\n"
+                    "writer.add_scalar('leakdoctor/x', 1.0, 0)\nwriter.close()", None),
+    ("mlflow", "from leakdoctor.trackers import mlflow; assert mlflow.require().MlflowClient", None),
+    ("wandb", "from leakdoctor.trackers import wandb; assert wandb.require().init", None),
 ]
 
 

@@ -41,7 +41,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("remedies",),
     ("judging",),
     ("reporting",),
-    ("lifecycle",),
+    ("lifecycle", "trackers"),
     ("doctor", "options"),
     ("callbacks",),
     ("runner",),

@@ -142,7 +142,7 @@ _KINDS = {"train": "fit", "test": "evaluate", "predict": "predict"}
 HISTORY = 1024
 #: Options for the across-calls doctor alone: it writes, plots and serves the callback's one summary.
 _RUN_ONLY = ("summary_path", "plot_path", "html_path", "prometheus_port", "prometheus_host",
-             "prometheus_linger", "prometheus_pushgateway")
+             "prometheus_linger", "prometheus_pushgateway", "trackers")
 
 
 class KerasDoctor(doctor.LeakDoctor):

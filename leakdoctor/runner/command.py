@@ -1,8 +1,8 @@
 """The `leakdoctor run` command line: its options, and their way to `runner.run`.
 
     leakdoctor run [--remedies safe] [--summary leaks.json] [--plot leaks.png] [--html leaks.html] [--on-limit stop]
-                   [--prometheus-port N] [--fail-on-leak[=minor]] [--step-on module:function] [-o NAME=VALUE]
-                   script.py [args...]
+                   [--prometheus-port N] [--tracker NAME] [--fail-on-leak[=minor]] [--step-on module:function]
+                   [-o NAME=VALUE] script.py [args...]
 
 Everything after the script is the script's, untouched (`--` included), so the split is made here
 rather than by argparse. An option whose value is optional (`--fail-on-leak`) takes it only after "=":
@@ -26,6 +26,8 @@ OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--on-limit",), dict(choices=("warn", "stop"), help="act before an unremedied leak reaches the memory limit")),
     (("--prometheus-port",), dict(type=int, metavar="N", help="serve /metrics on 127.0.0.1:N (+ LOCAL_RANK)")),
     (("--prometheus-host",), dict(metavar="HOST", help="bind another address than 127.0.0.1")),
+    (("--tracker",), dict(action="append", metavar="NAME", help="send the series, findings and verdict to "
+                                                               "tensorboard, mlflow or wandb (repeatable)")),
     (("--fail-on-leak",), dict(nargs="?", const="major", choices=("major", "minor"), metavar="=minor",
                                help="exit 1 when the script succeeds and the verdict is leak; --fail-on-leak=minor: "
                                     "also on a minor finding (an unwatched run is not a failure; `leakdoctor "
@@ -117,6 +119,8 @@ def doctor_options(args: argparse.Namespace) -> dict[str, Any]:
                         ("prometheus_port", args.prometheus_port), ("prometheus_host", args.prometheus_host)):
         if value is not None:
             options[name] = value
+    if args.tracker:
+        options["trackers"] = list(args.tracker)
     for item in args.option:
         name, sep, text = item.partition("=")
         if not sep:

@@ -135,7 +135,7 @@ class Session:
         child attaches is quiet and writes to `summary_path` (the parent reads it, and writes the one summary)."""
         self.kind, self.doctor, self._first, self.joined = None, None, None, False
         self.found, self.made = {}, weakref.WeakSet()  # the parent's doctors, copied by the fork, are the parent's
-        options = {k: v for k, v in self.options.items() if not k.startswith("prometheus_")}
+        options = {k: v for k, v in self.options.items() if not k.startswith("prometheus_") and k != "trackers"}
         options.update(summary_path=summary_path, plot_path=None, html_path=None, verbose=False)
         self.options = options
 
