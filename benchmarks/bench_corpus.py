@@ -558,7 +558,7 @@ def section(scenarios: dict[str, dict[str, Any]], tools: dict[str, Any], overhea
     leaks = sum(1 for s in scenarios.values() if s["truth"] and s["truth"]["leak"])
     benign = sum(1 for s in scenarios.values() if s["truth"] and not s["truth"]["leak"])
     frameworks = ", ".join(sorted({s["truth"]["framework"] for s in scenarios.values() if s["truth"]}))
-    return f"""## Leak scenario corpus: leakdoctor against the rules users reach for (issue #7)
+    return f"""## Leak scenario corpus: leakdoctor against the rules users reach for
 
 `.venv/bin/python benchmarks/run.py corpus` on {machine()}: {seconds / 60:.1f} minutes
 ({cpu:.0f} CPU seconds in the child processes), load average {load}.

@@ -76,7 +76,7 @@ def section(results: dict[str, dict[str, Any]], pairs: int, minutes: float) -> s
                      f"{statistics.mean(r['investigations']):.1f}", f"{statistics.mean(r['triaged']):.1f}",
                      " ".join(sorted(set(r["verdicts"])))])
     return "\n".join([
-        "## Cost on real scripts (issue #36)", "",
+        "## Cost on real scripts", "",
         f"Each unedited textbook script run as `python script.py` and as `python -m leakdoctor run script.py`, "
         f"alternately, {pairs} pairs, one process at a time, whole-process wall time measured outside the doctor, "
         "Python caching compiled modules as it does by default "

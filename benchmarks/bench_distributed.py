@@ -124,7 +124,7 @@ def latency_row(run: int) -> str:
 def main() -> None:
     cost = [cost_row(i + 1) for i in range(RUNS)]
     latency = [latency_row(i + 1) for i in range(RUNS)]
-    text = f"""## Distributed: ranks that stop together (issue #24)
+    text = f"""## Distributed: ranks that stop together
 
 `benchmarks/bench_distributed.py`, {machine()}. Two gloo ranks on CPU, a DDP loop of a small linear model,
 the torch `LeakDoctor` at its defaults with `on_limit="stop"`: the ranks agree at steps every rank knows, one

@@ -83,7 +83,7 @@ def main() -> None:
                          " ".join(run["causes"])])
             print(rows[-1], flush=True)
     write_section("03_investigation", "\n".join([
-        "## One investigation, part by part (issue #36)", "",
+        "## One investigation, part by part", "",
         f"A torch loop keeping each output with its graph in a global list ({STEPS} steps, the torch doctor at its "
         f"defaults), in a process holding N live Python records besides; {RUNS} fresh processes per size "
         f"(`.venv/bin/python benchmarks/run.py investigation`, {(time.monotonic() - began) / 60:.0f} min, "

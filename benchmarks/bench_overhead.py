@@ -486,7 +486,7 @@ def section(costs: dict[str, Any], fractions: list[dict[str, Any]], latencies: l
                       _pct(r, "thread_share"), _pct(r, "account")]
                      for r in slowdowns]
     return f"""
-## What a sample costs, and what the budget buys (issue #11)
+## What a sample costs, and what the budget buys
 
 `.venv/bin/python benchmarks/run.py overhead` on {machine()}.
 Steps are busy waits of the stated length; every figure is timed by the caller around `doctor.step()`
@@ -540,7 +540,7 @@ watched on the sampled steps).
 
 {table(["what", "CPU per wake", "wakes", "affordable every"], wake_rows)}
 
-### The doctor at its defaults, from outside (issue #23)
+### The doctor at its defaults, from outside
 
 `doctor.step()` at the defaults (`sampler="auto"`), {DEFAULT_SECONDS} s of busy-wait steps per row, one fresh
 process per row with the framework and the doctor's integration for it loaded. In the same loop, a

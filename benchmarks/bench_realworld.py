@@ -322,7 +322,7 @@ def section(names: list[str], corpus: list[str], scored: dict[str, dict[str, Any
             load: str) -> str:
     failed = [f"{n} {v}: `{r['error'].strip().splitlines()[-1]}`" for n, runs in scored.items()
               for v, r in runs.items() if "error" in r]
-    return f"""## Real-world training scripts: clean runs stay clean, planted leaks are found (issue #10)
+    return f"""## Real-world training scripts: clean runs stay clean, planted leaks are found
 
 `.venv/bin/python benchmarks/run.py realworld` on {machine()}: {seconds / 60:.1f} minutes, load average {load}.
 
@@ -344,7 +344,7 @@ Planted leaks: {"; ".join(f"`{n}`: {SCRIPTS[n].leak}" for n in names)}.
 
 A false alarm is a run whose final summary holds a finding that is not benign (the real-world scripts at
 the defaults; the corpus's benign scenarios in bench_corpus's detect mode, with its fixed 8 GiB limit).
-Runs {" and ".join(map(str, STOP_RUNS))} of each are made with `on_limit="stop"` (issue #12): none may be
+Runs {" and ".join(map(str, STOP_RUNS))} of each are made with `on_limit="stop"`: none may be
 stopped. Target: 0/{RUNS} false alarms and no stop everywhere.
 
 {stability_table(scored, names, corpus)}

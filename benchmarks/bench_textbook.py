@@ -447,7 +447,7 @@ def clean_table(names: list[str], results: dict[str, dict[str, list[dict[str, An
 def section(leaks: list[str], cleans: list[str], results: dict[str, Any], seconds: float, load: str) -> str:
     notes = "\n".join(f"- `{n}`: {SCENARIOS[n].leak}" + (f" ({SCENARIOS[n].note})" if SCENARIOS[n].note else "")
                       for n in leaks)
-    return f"""## Textbook bugs in real scripts, through `leakdoctor run` (issue #28)
+    return f"""## Textbook bugs in real scripts, through `leakdoctor run`
 
 `.venv/bin/python benchmarks/run.py textbook` on {machine()}: {seconds / 60:.1f} minutes, load average {load}.
 

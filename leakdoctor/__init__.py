@@ -10,17 +10,43 @@ name its cause and place, apply a remedy when allowed, verify it, and write a le
 Framework callbacks live in `leakdoctor.callbacks.<framework>`; no framework is imported here, and the
 names below load on first use, so `leakdoctor run` imports nothing (not even numpy) before the script
 it runs does.
+
+The public modules, each with its public names in `__all__` (tests/test_public_api.py checks them):
+
+    leakdoctor                         LeakDoctor, Summary, Finding, LeakDoctorWarning, UnknownOptionError
+    leakdoctor.callbacks.torch         plain PyTorch loops (LeakDoctor)
+    leakdoctor.callbacks.jax           JAX loops: Flax, Optax, Equinox (LeakDoctor; `.flax` is its older name)
+    leakdoctor.callbacks.mlx           MLX loops (LeakDoctor)
+    leakdoctor.callbacks.keras         Keras 3 (LeakDoctorCallback)
+    leakdoctor.callbacks.lightning     Lightning (LeakDoctorCallback)
+    leakdoctor.callbacks.ray           Ray Train (report)
+    leakdoctor.settings                the options (OPTIONS, Settings, UnknownOptionError, options_table)
+    leakdoctor.integrations            what an integration hands the engine (`integrations=`)
+    leakdoctor.reporting.summary       a run's Summary and its Findings (Summary.load reads a file back)
+    leakdoctor.reporting.loading       SummaryFileError, what reading a damaged summary file raises
+    leakdoctor.remedies                the remedy names and `remedies=` levels
+    leakdoctor.remedies.low_precision_init, leakdoctor.remedies.cond_to_where   remedies you may call yourself
+
+Every other module is internal: the ground floor of base types (leakdoctor/base/), the stages built on it
+(reading/, judging/, reporting/'s others, lifecycle/), the engine (doctor.py, options.py) and the runner.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from leakdoctor.base.version import __version__ as __version__
 
-_EXPORTS = {"LeakDoctor": "leakdoctor.doctor", "LeakDoctorWarning": "leakdoctor.lifecycle.guard",
-            "Finding": "leakdoctor.reporting.summary", "Summary": "leakdoctor.reporting.summary",
+if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ loads each on first use
+    from leakdoctor.base.findings import Finding as Finding
+    from leakdoctor.base.guard import LeakDoctorWarning as LeakDoctorWarning
+    from leakdoctor.doctor import LeakDoctor as LeakDoctor
+    from leakdoctor.reporting.summary import Summary as Summary
+    from leakdoctor.settings import UnknownOptionError as UnknownOptionError
+
+_EXPORTS = {"LeakDoctor": "leakdoctor.doctor", "LeakDoctorWarning": "leakdoctor.base.guard",
+            "Finding": "leakdoctor.base.findings", "Summary": "leakdoctor.reporting.summary",
             "UnknownOptionError": "leakdoctor.settings"}
 __all__ = ["LeakDoctor", "LeakDoctorWarning", "Finding", "Summary", "UnknownOptionError", "__version__"]
 

@@ -22,13 +22,16 @@ import weakref
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
-from leakdoctor import __version__
-from leakdoctor.integrations import UNITS, Integration, MetricSpec, process, python
+from leakdoctor.base.findings import Finding
+from leakdoctor.base.guard import Guard
+from leakdoctor.base.integration import Integration
+from leakdoctor.base.metric import UNITS, MetricSpec
+from leakdoctor.base.version import __version__
+from leakdoctor.integrations import limits, process, python
 from leakdoctor.judging import last_look
 from leakdoctor.judging.clinic import Clinic, Practice
 from leakdoctor.judging.diagnosis import GENERIC_RULES
-from leakdoctor.lifecycle import limits, oom, stopping, termination
-from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.lifecycle import oom, stopping, termination
 from leakdoctor.lifecycle.heartbeat import Heartbeat
 from leakdoctor.options import refuse_unknown
 from leakdoctor.reading.monitor import Monitor
@@ -36,7 +39,7 @@ from leakdoctor.reading.probing import Probes
 from leakdoctor.reading.sampling import STEP_CPU, STEP_TIME, Sampler
 from leakdoctor.remedies.base import Remedy
 from leakdoctor.reporting import exporter, report
-from leakdoctor.reporting.summary import Finding, Summary, verdict_of
+from leakdoctor.reporting.summary import Summary, verdict_of
 from leakdoctor.settings import DoctorOptions, Settings, documented
 
 if TYPE_CHECKING:
@@ -54,7 +57,7 @@ class LeakDoctor:
     manager; `summary` is a snapshot of the run so far, and the final summary once `finish()` returned.
     This doctor watches the process and Python objects; `leakdoctor.callbacks.torch`, `.flax` and `.mlx`
     each have a `LeakDoctor` that adds its framework's probes, forensics and remedies. They share one
-    class name on purpose (DESIGN.md: one class name, framework-specific module): the module says the
+    class name on purpose: the module says the
     framework, so moving a loop to another framework changes one import and nothing else.
 
     Args:

@@ -55,8 +55,10 @@ from typing import Any, Callable
 
 import pytest
 
-from leakdoctor.lifecycle.guard import LeakDoctorWarning
-from leakdoctor.reporting.summary import Finding, Summary, format_value
+from leakdoctor.base.findings import Finding
+from leakdoctor.base.guard import LeakDoctorWarning
+from leakdoctor.base.units import format_value
+from leakdoctor.reporting.summary import Summary
 
 DEFAULT_STEPS = 300
 #: A step may keep this many bytes on average (1.2 MB over 300 steps); a steady growth above it fails.
@@ -158,7 +160,7 @@ def _say_again(heard: list[warnings.WarningMessage], failing: bool) -> None:
     """Pass on what was heard during the check: the step's own warnings always; of the doctor's, only a part
     switched off on a passing test (the check judged with less). A passing check is otherwise silent; a
     failing one says the rest in its summary (projection and switched-off parts included)."""
-    from leakdoctor.lifecycle.guard import warn
+    from leakdoctor.base.guard import warn
 
     for heard_one in heard:
         if not issubclass(heard_one.category, LeakDoctorWarning):
@@ -298,7 +300,7 @@ def steady_growth(values: list[float], max_bytes_per_step: float) -> tuple[float
     a cache that fills then stays is flat at the end."""
     import numpy as np
 
-    from leakdoctor.judging.detect import theil_sen, window_minima
+    from leakdoctor.base.trend import theil_sen, window_minima
 
     allowed = max(float(max_bytes_per_step), NOISE_BYTES_PER_STEP)
     n = len(values)
@@ -323,7 +325,7 @@ def steady_growth(values: list[float], max_bytes_per_step: float) -> tuple[float
 def locate(step: Callable[[], object]) -> str | None:
     """'test_train.py:42': the user's line that allocated most of what LOCATE_STEPS more steps kept (the
     innermost frame in the user's files of each allocation; tracemalloc traces)."""
-    from leakdoctor.integrations.source import is_user_file, short_path
+    from leakdoctor.base.source import is_user_file, short_path
 
     try:
         before = tracemalloc.take_snapshot()

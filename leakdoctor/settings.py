@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence, TypedDict
 
-from leakdoctor import remedies as remedy_registry
+from leakdoctor.base import remedy_names as remedy_registry
+
+__all__ = ["Settings", "Option", "OPTIONS", "NAMES", "DoctorOptions", "UnknownOptionError", "options_table",
+           "parse_bytes"]
 
 #: The most steps an option counts (warm-up, window, horizon, ...): far beyond any run, and within what a
 #: float holds exactly, so that no step count overflows the arithmetic inside the user's loop.

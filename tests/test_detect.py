@@ -9,6 +9,7 @@ import pytest
 from leakdoctor.integrations import MetricSpec
 from leakdoctor.judging.detect import (FLAT, GROWING, PLATEAU, assess, classify, is_material, mann_kendall, onset_index,
                                        slope_bound, steps_to_limit, theil_sen, window_minima)
+from leakdoctor.judging.suspicion import Suspicion
 from leakdoctor.reading.monitor import Monitor
 from leakdoctor.settings import Settings
 
@@ -150,7 +151,7 @@ def test_the_detector_skips_the_statistics_only_where_no_suspicion_could_come_of
     suspicions, skips = [0, 0, 0], [0, 0, 0]
     for trial in range(24):
         kind = trial % 3
-        gated, full = Monitor(settings), Monitor(settings)
+        gated, full = Suspicion(Monitor(settings)), Suspicion(Monitor(settings))
         full._could_matter = lambda *args: True
         could_matter = gated._could_matter
 
@@ -164,13 +165,13 @@ def test_the_detector_skips_the_statistics_only_where_no_suspicion_could_come_of
             value = 1e9 + rng.normal(0, 20e3) if kind == 0 else \
                 1e9 + 4096 * (step // 37) if kind == 1 else 1e9 + 100e3 * max(0, step - 200)
             found = []
-            for monitor in (gated, full):
-                completed = monitor.record(step, {"rss_bytes": value}, lambda metric: spec)
-                found.append(monitor.suspicion("rss_bytes", completed["rss_bytes"]) if completed else None)
+            for suspicion in (gated, full):
+                completed = suspicion.monitor.record(step, {"rss_bytes": value}, lambda metric: spec)
+                found.append(suspicion.of("rss_bytes", completed["rss_bytes"]) if completed else None)
             assert found[0] == found[1], (trial, step)
             if found[0] is not None:  # investigated: both watch again from here
                 suspicions[kind] += 1
-                gated.watch(["rss_bytes"], step)
-                full.watch(["rss_bytes"], step)
+                gated.monitor.watch(["rss_bytes"], step)
+                full.monitor.watch(["rss_bytes"], step)
     assert suspicions[0] == suspicions[1] == 0 and suspicions[2] >= 8
     assert skips[0] > 0 and skips[1] > 0

@@ -1,5 +1,5 @@
 """The options contract (issue #25): the options are defined once (leakdoctor.settings.OPTIONS) and the
-README's table, Settings, the typed keyword arguments and every entry point follow that definition; every
+docs' options table (docs/options.md), Settings, the typed keyword arguments and every entry point follow that definition; every
 entry point refuses a misspelt name the same way, with a suggestion; every doctor and callback has
 `finish()` and `summary`; the Keras callback prints one summary per run. Real frameworks, no mocks
 (Keras in a fresh process: its backend is chosen at its import)."""
@@ -22,7 +22,7 @@ from helpers import isolated, phrase, says
 
 from leakdoctor.settings import (NAMES, OPTIONS, DoctorOptions, Settings, UnknownOptionError, options_table)
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+OPTIONS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "options.md"
 #: The public doctors and callbacks: (module, class name).
 ENTRY_POINTS = [("leakdoctor.doctor", "LeakDoctor"), ("leakdoctor.callbacks.torch", "LeakDoctor"),
                 ("leakdoctor.callbacks.flax", "LeakDoctor"), ("leakdoctor.callbacks.mlx", "LeakDoctor"),
@@ -37,20 +37,19 @@ def entry_point(module: str, name: str) -> type:
 
 # --- one definition ---------------------------------------------------------------------------------
 
-def readme_options_table() -> str:
-    section = README.read_text().split("\n## Options\n", 1)[1].split("\n## ", 1)[0]
-    lines = section.splitlines()
+def docs_options_table() -> str:
+    lines = OPTIONS_PAGE.read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("|"))
     end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
     return "\n".join(lines[start:end])
 
 
-def test_the_readme_options_table_is_the_one_generated_from_the_definition():
-    assert readme_options_table() == options_table()
+def test_the_docs_options_table_is_the_one_generated_from_the_definition():
+    assert docs_options_table() == options_table()
 
 
-def test_every_option_has_its_row_in_the_readme_table():
-    rows = readme_options_table().splitlines()[2:]
+def test_every_option_has_its_row_in_the_docs_table():
+    rows = docs_options_table().splitlines()[2:]
     assert [re.match(r"\| `(\w+)` \|", row).group(1) for row in rows] == [o.name for o in OPTIONS]
     assert all(o.meaning and o.valid for o in OPTIONS)
 

@@ -1,8 +1,9 @@
-"""The README as a newcomer meets it: every ```python snippet runs as written (each in a fresh process,
-with tiny models: the names a snippet takes as yours come from a prelude kept here, keyed by the heading
-the snippet sits under), the CI snippet passes silently under the pytest plugin and fails with the
-summary when its step leaks, the summary printed in "How to read a summary" is what that loop prints,
-and the Layout section lists the package's tree."""
+"""The README and the docs pages that hold what it used to say (docs/*.md) as a newcomer meets them:
+every ```python snippet runs as written (each in a fresh process, with tiny models: the names a snippet
+takes as yours come from a prelude kept here, keyed by the heading the snippet sits under; a snippet shown
+word for word on two pages runs once), the CI snippet passes silently under the pytest plugin and fails with the summary when its step
+leaks, the summary printed in "How to read a summary" (README) and "The example run" (docs) is what that
+loop prints, and the Layout section of docs/development.md lists the package's tree."""
 
 from __future__ import annotations
 
@@ -20,6 +21,14 @@ pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+#: The README and the docs pages that hold what the README used to say: their snippets run here.
+PAGES = [README, *(DOCS / name for name in (
+    "index.md", "getting-started.md", "frameworks.md", "reading-a-summary.md", "summary-json.md",
+    "how-it-decides.md", "causes-and-remedies.md", "options.md", "command-line.md", "pytest-plugin.md",
+    "limits-and-ooms.md", "distributed.md", "prometheus.md", "guarantees.md", "faq.md", "development.md"))]
+#: Every page a user reads: no scaffolding on any of them.
+ALL_PAGES = [README, *sorted(DOCS.glob("*.md"))]
 #: A snippet whose first line starts so is an excerpt by nature: it is not run. Keep them few.
 FRAGMENT = "# fragment"
 MAX_FRAGMENTS = 3
@@ -27,6 +36,11 @@ MAX_FRAGMENTS = 3
 CI = "A leak test for CI"
 #: The snippet whose printed summary the README shows: run by its own test, which compares the two.
 SHOWN = "How to read a summary"
+#: The same snippet and its whole printed summary on the docs site (a page, its heading).
+SHOWN_DOCS = (DOCS / "reading-a-summary.md", "The example run")
+#: Where the glossary and the package's layout are (a page, its heading).
+GLOSSARY = (DOCS / "reading-a-summary.md", "Glossary")
+LAYOUT = (DOCS / "development.md", "Layout")
 SNIPPET_TIMEOUT = 240
 
 #: What each heading's snippet takes as the user's own (`model`, `data`, ...), as small as can be.
@@ -153,20 +167,25 @@ CI_LEAK = CI_CLEAN + """
     """
 
 
-def snippets() -> list[tuple[str, str]]:
-    """(heading, code) of every ```python block of the README, the heading being the nearest above it."""
-    found, heading, block = [], "", None
-    for line in README.read_text(encoding="utf-8").splitlines():
-        if block is not None:
-            if line.startswith("```"):
-                found.append((heading, "\n".join(block) + "\n"))
-                block = None
-            else:
-                block.append(line)
-        elif line.startswith("```python"):
-            block = []
-        elif line.startswith("#"):
-            heading = line.lstrip("#").strip()
+def snippets(pages: list[Path] = PAGES) -> list[tuple[str, str]]:
+    """(heading, code) of every ```python block of the pages, the heading being the nearest above it (a
+    line of another fenced block is no heading)."""
+    found = []
+    for page in pages:
+        heading, block, other = "", None, False
+        for line in page.read_text(encoding="utf-8").splitlines():
+            if block is not None:
+                if line.startswith("```"):
+                    found.append((heading, "\n".join(block) + "\n"))
+                    block = None
+                else:
+                    block.append(line)
+            elif line.startswith("```python"):
+                block = []
+            elif line.startswith("```"):
+                other = not other
+            elif line.startswith("#") and not other:
+                heading = line.lstrip("#").strip()
     return found
 
 
@@ -174,12 +193,13 @@ def is_fragment(code: str) -> bool:
     return code.lstrip().startswith(FRAGMENT)
 
 
-RUNNABLE = [(h, c) for h, c in snippets() if not is_fragment(c) and h not in (CI, SHOWN)]
+RUNNABLE = list(dict.fromkeys((h, c) for h, c in snippets()
+                               if not is_fragment(c) and h not in (CI, SHOWN, SHOWN_DOCS[1])))
 
 
-def section(heading: str) -> str:
-    """The README's text under `## heading`, up to the next `## `."""
-    return README.read_text(encoding="utf-8").split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+def section(heading: str, page: Path = README) -> str:
+    """A page's text under `## heading`, up to the next `## `."""
+    return page.read_text(encoding="utf-8").split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
 
 
 def needs(heading: str) -> None:
@@ -208,21 +228,29 @@ def test_fragments_are_few_and_every_prelude_has_its_snippet():
     assert len(fragments) <= MAX_FRAGMENTS, f"too many `{FRAGMENT}` snippets: {fragments}"
     headings = {h for h, _ in RUNNABLE} | {SHOWN}
     assert set(PRELUDES) <= headings, f"preludes without a snippet: {set(PRELUDES) - headings}"
-    assert sum(h == CI for h, _ in snippets()) == 1
+    assert len({c for h, c in snippets() if h == CI}) == 1
 
 
-def test_no_scaffolding_issue_numbers_or_pypi_install():
-    text = README.read_text(encoding="utf-8")
+def test_every_page_snippet_is_found():
+    """The docs pages' snippets are run too: the framework pages hold every framework's snippet."""
+    headings = {h for h, _ in snippets([DOCS / "frameworks.md"])}
+    assert set(PRELUDES) <= headings, set(PRELUDES) - headings
+
+
+@pytest.mark.parametrize("page", ALL_PAGES, ids=[p.name for p in ALL_PAGES])
+def test_no_scaffolding_issue_numbers_or_pypi_install(page: Path):
+    text = page.read_text(encoding="utf-8")
     assert "<!--" not in text
     assert not re.search(r"\(issue #\d+\)|issue #\d+|where this leakdoctor", text)
     commands = re.findall(r'pip install ("[^"\n]*"|[^\s`]+)(`? ?\w*)', text)  # (what, what follows)
-    assert any(what == '".[torch]"' for what, _ in commands), "the README shows how to install from the checkout"
+    if page in (README, DOCS / "getting-started.md"):
+        assert any(what == '".[torch]"' for what, _ in commands), f"{page.name} shows how to install from the checkout"
     for what, after in commands:  # not on PyPI: from the checkout or the repository, or said to fail
         assert what.startswith('".[') or "@ git+" in what or after == "` fails", (what, after)
 
 
 def test_the_glossary_explains_the_statistical_words():
-    glossary = section("How to read a summary").split("**Glossary**", 1)[1]
+    glossary = section(GLOSSARY[1], GLOSSARY[0])
     for word in ("warm-up", "window", "horizon", "materiality", "Mann–Kendall", "Theil–Sen", "stride",
                  "cleanup ladder", "investigation"):
         assert f"**{word}" in glossary, word
@@ -230,7 +258,7 @@ def test_the_glossary_explains_the_statistical_words():
 
 def test_the_layout_section_lists_the_tree():
     """Every module and folder under leakdoctor/, one line each with what it is, and nothing else."""
-    block = section("Layout").split("```text\n", 1)[1].split("```", 1)[0]
+    block = section(LAYOUT[1], LAYOUT[0]).split("```text\n", 1)[1].split("```", 1)[0]
     listed, stack = set(), []
     for line in block.splitlines():
         depth = (len(line) - len(line.lstrip(" "))) // 2
@@ -242,8 +270,8 @@ def test_the_layout_section_lists_the_tree():
     tree = {str(p.relative_to(ROOT)) for p in package.rglob("*.py") if "__pycache__" not in p.parts}
     tree |= {str(p.relative_to(ROOT)) for p in package.rglob("*") if p.is_dir() and p.name != "__pycache__"}
     tree.add("leakdoctor")
-    assert sorted(tree - listed) == [], "in the tree, not in the README's Layout"
-    assert sorted(listed - tree) == [], "in the README's Layout, not in the tree"
+    assert sorted(tree - listed) == [], "in the tree, not in the Layout of docs/development.md"
+    assert sorted(listed - tree) == [], "in the Layout of docs/development.md, not in the tree"
 
 
 # --- every snippet runs ---------------------------------------------------------------------------------
@@ -259,15 +287,16 @@ def test_snippet_runs(heading: str, code: str, tmp_path: Path):
 
 
 def test_the_summary_shown_is_what_the_loop_prints(tmp_path: Path):
-    """The README's example summary comes from its loop: the same verdict, why line, columns and finding
-    (the numbers are the machine's)."""
+    """The example summary, in the README and on the docs site, comes from its loop (the same loop on
+    both): the same verdict, why line, columns and finding (the numbers are the machine's)."""
     heading = SHOWN
     needs(heading)
-    text = section(heading)
-    code = text.split("```python\n", 1)[1].split("```", 1)[0]
-    shown = text.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+    texts = [section(heading), section(SHOWN_DOCS[1], SHOWN_DOCS[0])]
+    codes = {text.split("```python\n", 1)[1].split("```", 1)[0] for text in texts}
+    assert len(codes) == 1, "the README and docs/reading-a-summary.md show the same loop"
+    shown = [line for text in texts for line in text.split("```text\n", 1)[1].split("```", 1)[0].splitlines()]
     script = tmp_path / "train.py"
-    script.write_text(code)
+    script.write_text(codes.pop())
     done = run_script(script)
     assert done.returncode == 0, done.stderr[-5000:]
     printed = done.stderr.splitlines()

@@ -56,8 +56,8 @@ def _is_transformation(tx: Any) -> bool:
 class LeakDoctor(doctor.LeakDoctor):
     """The JAX loop doctor (Flax TrainState and NNX, bare Optax, Equinox): `leakdoctor.LeakDoctor` with
     JAX's probes (live arrays, backend compiles), forensics, rules and the cond_to_where swap. Named
-    `LeakDoctor` like the engine and the other loop doctors (DESIGN.md: one class name, framework-specific
-    module), so the import alone says the framework.
+    `LeakDoctor` like the engine and the other loop doctors (one class name, a module per
+    framework), so the import alone says the framework.
 
     Args:
         tx: the optax GradientTransformation of a bare optax (or Equinox) loop, or None; then use

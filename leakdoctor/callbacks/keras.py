@@ -70,16 +70,19 @@ import numpy as np
 
 from leakdoctor import doctor
 from leakdoctor import options as doctor_options
-from leakdoctor.integrations import Integration
+from leakdoctor.base.findings import Finding, SeriesSummary
+from leakdoctor.base.guard import Guard
+from leakdoctor.base.integration import Integration
+from leakdoctor.base.trend import theil_sen
 from leakdoctor.integrations import keras as keras_integration
+from leakdoctor.judging.stopped import thinned
 from leakdoctor.lifecycle import stopping, termination
-from leakdoctor.lifecycle.guard import Guard
 from leakdoctor.reporting import ranks, report
 from leakdoctor.reporting.exporter import Publisher
-from leakdoctor.judging.detect import theil_sen
-from leakdoctor.judging.stopped import thinned
-from leakdoctor.reporting.summary import Finding, SeriesSummary, Summary
+from leakdoctor.reporting.summary import Summary
 from leakdoctor.settings import DoctorOptions, documented, reject_unknown
+
+__all__ = ["LeakDoctorCallback", "KerasDoctor"]
 
 #: Keras backends an extra of leakdoctor installs, with that extra.
 BACKEND_EXTRAS = {"jax": "keras-jax", "torch": "keras-torch"}

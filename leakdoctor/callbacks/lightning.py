@@ -39,12 +39,15 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
 from leakdoctor import options as doctor_options
+from leakdoctor.base.findings import Finding
+from leakdoctor.base.guard import Guard
 from leakdoctor.callbacks.torch import LeakDoctor
 from leakdoctor.doctor import STATE_SCHEMA
-from leakdoctor.lifecycle.guard import Guard
 from leakdoctor.lifecycle.stopping import Agree
-from leakdoctor.reporting.summary import Finding, Summary
+from leakdoctor.reporting.summary import Summary
 from leakdoctor.settings import DoctorOptions, documented
+
+__all__ = ["LeakDoctorCallback", "LightningDoctor"]
 
 _PACKAGES = ("lightning.pytorch", "pytorch_lightning")
 

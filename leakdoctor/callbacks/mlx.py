@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 class LeakDoctor(doctor.LeakDoctor):
     """The MLX loop doctor: `leakdoctor.LeakDoctor` with MLX's probes (active and cache memory), forensics,
     rules and remedies (force_eval, cap_cache). Named `LeakDoctor` like the engine and the other loop
-    doctors (DESIGN.md: one class name, framework-specific module), so the import alone says the framework.
+    doctors (one class name, a module per framework), so the import alone says the framework.
 
     Args:
         model: the `mlx.nn.Module` being trained, or None: the doctor then looks for it among the loop's

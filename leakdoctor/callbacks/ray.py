@@ -57,6 +57,8 @@ from typing import Any, Mapping
 
 from leakdoctor.reporting.summary import Summary
 
+__all__ = ["report", "figures", "SUMMARY_FILE", "SUMMARY"]
+
 #: The name of the summary in the checkpoint `report` attaches by default.
 SUMMARY_FILE = "leaks.json"
 #: `checkpoint=` default of `report`: attach the merged summary as rank 0's checkpoint.

@@ -43,13 +43,15 @@ from leakdoctor.settings import DoctorOptions, documented
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+__all__ = ["LeakDoctor"]
+
 
 @documented
 class LeakDoctor(doctor.LeakDoctor):
     """The plain PyTorch loop doctor: `leakdoctor.LeakDoctor` with PyTorch's probes (device memory, the
     model's hooks, tensors that keep their autograd graph across steps, DataLoader workers), forensics and
-    remedies. Named `LeakDoctor` like the engine and the other loop doctors (DESIGN.md: one class name,
-    framework-specific module), so the import alone says the framework.
+    remedies. Named `LeakDoctor` like the engine and the other loop doctors (one class name, a
+    module per framework), so the import alone says the framework.
 
     Args:
         model: the `torch.nn.Module` being trained, or None: its hooks are watched, and its list/dict

@@ -13,13 +13,26 @@ import sys
 import weakref
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
+from leakdoctor.base.source import frame_locals, is_user_file, short_path, stored_value, storing_line
 from leakdoctor.integrations import heap
-from leakdoctor.integrations.source import frame_locals, is_user_file, short_path, stored_value, storing_line
 
-if TYPE_CHECKING:  # a type only: python.py builds on this module
-    from leakdoctor.integrations.python import AllocationGrowth
+
+class AllocationSite(Protocol):
+    """One allocation site that grew: its 'file:line', whether the file is the user's, how many blocks."""
+
+    location: str
+    user: bool
+    count: int
+
+
+class GrownSites(Protocol):
+    """What `Holder.location` reads of the allocation sites that grew during a window (python.py's
+    AllocationGrowth, which builds on this module: so this one names what it reads instead of importing it)."""
+
+    @property
+    def sites(self) -> Sequence[AllocationSite]: ...
 
 #: The containers looked into (and through) for what they hold.
 CONTAINERS = (list, dict, set, frozenset, tuple, deque)
@@ -65,7 +78,7 @@ class Holder:
         return next((value for path, first, last in self.regions
                      if (value := stored_value(path, first, last, self.variable)) is not None), None)
 
-    def location(self, allocations: AllocationGrowth | None = None) -> str:
+    def location(self, allocations: GrownSites | None = None) -> str:
         """'val_losses in train() (train.py:42)': the line of the holder's code that stores into it
         (`val_losses.append(...)`, `self.outputs[k] = ...`, `total += ...`); else the line inside it that
         gained the most live allocations during the investigation (one per kept object, every window

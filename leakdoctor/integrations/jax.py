@@ -24,12 +24,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
-from leakdoctor.integrations import Cleanup, FunctionProbe, Integration, MetricSpec
+from leakdoctor.base.evidence import Evidence, Rule
+from leakdoctor.base.findings import Finding
+from leakdoctor.base.integration import Cleanup, Integration
+from leakdoctor.base.metric import FunctionProbe, MetricSpec
+from leakdoctor.base.source import caller_frame, is_user_file, short_path, user_site
+from leakdoctor.base.trend import is_material
+from leakdoctor.base.units import format_value
 from leakdoctor.integrations.holders import Holder, find_holders
-from leakdoctor.integrations.source import caller_frame, is_user_file, short_path, user_site
-from leakdoctor.judging.detect import is_material
-from leakdoctor.judging.evidence import Evidence, Rule
-from leakdoctor.reporting.summary import Finding, format_value
 
 #: The event jax (0.4.30 and later, 0.10 included) records around every XLA backend compile.
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"

@@ -34,11 +34,13 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec
+from leakdoctor.base.evidence import Evidence, Rule
+from leakdoctor.base.findings import Finding
+from leakdoctor.base.integration import Integration
+from leakdoctor.base.metric import FunctionProbe, MetricSpec
+from leakdoctor.base.source import caller_frame, is_user_file, user_site
+from leakdoctor.base.units import format_value
 from leakdoctor.integrations.holders import Holder, find_holders
-from leakdoctor.integrations.source import caller_frame, is_user_file, user_site
-from leakdoctor.judging.evidence import Evidence, Rule
-from leakdoctor.reporting.summary import Finding, format_value
 
 ALIVE = "keras_models_alive"
 SEEN = "keras_models_seen"

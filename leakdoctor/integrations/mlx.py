@@ -31,12 +31,14 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Callable, Iterator, Mapping
 
-from leakdoctor.integrations import Cleanup, FunctionProbe, Integration, MetricSpec
+from leakdoctor.base.evidence import Evidence, Rule
+from leakdoctor.base.findings import Finding
+from leakdoctor.base.integration import Cleanup, Integration
+from leakdoctor.base.metric import FunctionProbe, MetricSpec
+from leakdoctor.base.source import caller_frame, frame_locals, frame_location, short_path, source_line
+from leakdoctor.base.units import format_value
 from leakdoctor.integrations.holders import Holder, find_holders, live_instances
-from leakdoctor.integrations.source import caller_frame, frame_locals, frame_location, short_path, source_line
-from leakdoctor.judging.evidence import Evidence, Rule
 from leakdoctor.reading.pacing import Pacer
-from leakdoctor.reporting.summary import Finding, format_value
 
 ACTIVE, CACHE, PEAK = "mlx_active_bytes", "mlx_cache_bytes", "mlx_peak_bytes"
 RSS = "rss_bytes"

@@ -1,4 +1,4 @@
-"""Process-level knowledge: resident memory (against the memory limit that leakdoctor/lifecycle/limits.py finds)
+"""Process-level knowledge: resident memory (against the memory limit that limits.py finds)
 and, for the cleanup ladder, what backs it (malloc's bytes in use, the mapped size); worker-process
 memory, glibc's malloc_trim, and the dataloader_workers diagnosis. psutil makes it portable; on Linux
 the RSS read takes a fast path (one pread of /proc/self/statm, 2 µs against psutil's 25 µs) because it
@@ -20,15 +20,17 @@ from typing import Any, Callable, Mapping
 
 import psutil
 
-from leakdoctor.integrations import Cleanup, Integration, MetricSpec
+from leakdoctor.base.evidence import ACCOUNTED, HEAP, MAPPED, Evidence, Rule
+from leakdoctor.base.integration import Cleanup, Integration
+from leakdoctor.base.metric import MetricSpec
 from leakdoctor.integrations.private import PrivateMemory
-from leakdoctor.judging.evidence import ACCOUNTED, HEAP, MAPPED, Evidence, Rule
 
 #: The bytes of the blocks that objects use in Python's small-object arenas (a triage's counter: what a
 #: growth of small Python objects keeps, which malloc's bytes in use do not count).
 PYTHON = "python_bytes"
-from leakdoctor.lifecycle import limits
-from leakdoctor.reporting.summary import Finding, format_value
+from leakdoctor.base.findings import Finding
+from leakdoctor.base.units import format_value
+from leakdoctor.integrations import limits
 
 
 #: Forked children so far in this process's line (bumped in each child): a reader opened before a fork
@@ -224,7 +226,7 @@ class RssProbe:
 
 class CgroupProbe:
     """The charge of the cgroup whose memory limit is the process limit (`cgroup_bytes`: v2 `memory.current`,
-    v1 `memory.usage_in_bytes`), the figure that limit is compared with (lifecycle/limits.py): it counts
+    v1 `memory.usage_in_bytes`), the figure that limit is compared with (limits.py): it counts
     the page cache the process writes and kernel memory, which resident memory leaves out, and not the
     file-backed pages that resident memory counts and another cgroup was charged for. One pread of the file
     through a descriptor opened on first use (a few µs); supporting evidence, never a suspicion of its own

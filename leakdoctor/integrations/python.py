@@ -15,15 +15,18 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from leakdoctor.integrations import Cleanup, Integration, MetricSpec, heap
+from leakdoctor.base.evidence import Evidence, Rule
+from leakdoctor.base.findings import Finding
+from leakdoctor.base.guard import Guard
+from leakdoctor.base.integration import Cleanup, Integration
+from leakdoctor.base.metric import MetricSpec
+from leakdoctor.base.source import (class_region, code_location, is_engine, is_user_file, short_path, storing_line,
+                                    storing_near)
+from leakdoctor.base.trend import is_material
+from leakdoctor.base.units import format_value
+from leakdoctor.integrations import heap
 from leakdoctor.integrations.holders import CONTAINERS, Holder, keep_instead
-from leakdoctor.integrations.source import (class_region, code_location, is_engine, is_user_file, short_path,
-                                            storing_line, storing_near)
-from leakdoctor.judging.detect import is_material
-from leakdoctor.judging.evidence import Evidence, Rule
-from leakdoctor.lifecycle.guard import Guard
 from leakdoctor.reading.gauges import TIMEOUT, Gauges
-from leakdoctor.reporting.summary import Finding, format_value
 
 #: A count whose items hold too little to matter is still a leak when the step's CPU time rose by this
 #: share of itself while it grew: a step 40% slower is felt over a run; a busy machine's drift reached a

@@ -17,15 +17,17 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from leakdoctor.integrations import Cleanup, Integration, MetricSpec
+from leakdoctor.base.evidence import Evidence, Rule
+from leakdoctor.base.findings import Finding
+from leakdoctor.base.integration import Cleanup, Integration
+from leakdoctor.base.metric import MetricSpec
+from leakdoctor.base.source import caller_frame, code_location, is_user_file, short_path, stored_attributes
+from leakdoctor.base.units import format_value
 from leakdoctor.integrations.holders import CONTAINERS, live_instances, places
 from leakdoctor.integrations.pages import ItemPages
 from leakdoctor.integrations.process import GROWN, NEW, Throttled
 from leakdoctor.integrations.python import step_time_note
-from leakdoctor.integrations.source import caller_frame, code_location, is_user_file, short_path, stored_attributes
 from leakdoctor.integrations.torch_graphs import TensorCensus, kept_tensors_rule, last_look, retained_rule
-from leakdoctor.judging.evidence import Evidence, Rule
-from leakdoctor.reporting.summary import Finding, format_value
 
 HOOKS = "torch_hooks"
 #: Module attributes that hold hooks, and what to call their hooks.

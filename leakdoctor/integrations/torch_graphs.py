@@ -12,10 +12,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from leakdoctor.base.evidence import RSS, Evidence, Rule
+from leakdoctor.base.findings import Finding
+from leakdoctor.base.units import format_value
 from leakdoctor.integrations.holders import CONTAINERS, Holder, find_holders, keep_instead, live_instances
 from leakdoctor.integrations.python import new_items
-from leakdoctor.judging.evidence import RSS, Evidence, Rule
-from leakdoctor.reporting.summary import Finding, format_value
 
 #: Most autograd nodes a census walks; a graph this large is reported as at least this large.
 GRAPH_LIMIT = 200_000

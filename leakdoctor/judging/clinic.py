@@ -17,18 +17,21 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from leakdoctor import remedies
-from leakdoctor.integrations import Cleanup, Forensic, MetricSpec
-from leakdoctor.judging.detect import SCALES, Trend, is_material, steps_to_limit
+from leakdoctor.base.evidence import Rule
+from leakdoctor.base.findings import Finding, RemedyOutcome
+from leakdoctor.base.guard import Guard
+from leakdoctor.base.integration import Cleanup, Forensic
+from leakdoctor.base.metric import MetricSpec
+from leakdoctor.base.trend import SCALES, Trend, is_material, steps_to_limit
+from leakdoctor.base.units import format_value
 from leakdoctor.judging.diagnosis import diagnose, unexplained_notes
-from leakdoctor.judging.evidence import Rule
 from leakdoctor.judging.investigate import Investigation
+from leakdoctor.judging.sites import allocation_sites
 from leakdoctor.judging.stopped import stopped
+from leakdoctor.judging.suspicion import Suspicion
 from leakdoctor.judging.triage import Triage, corroborators
-from leakdoctor.lifecycle import oom
-from leakdoctor.lifecycle.guard import Guard
 from leakdoctor.reading.monitor import Monitor
 from leakdoctor.remedies.base import Remedy, RemedyContext
-from leakdoctor.reporting.summary import Finding, RemedyOutcome, format_value
 from leakdoctor.settings import Settings
 
 
@@ -61,6 +64,7 @@ class Clinic:
                  say: Callable[[str], None]) -> None:
         self.settings = settings
         self.monitor = monitor
+        self.suspicion = Suspicion(monitor)  # which metrics are suspect, on each window close
         self.practice = practice
         self.guard = guard
         self.say = say
@@ -73,7 +77,7 @@ class Clinic:
         self.findings: list[Finding] = []
         self.treatments: list[Treatment] = []
         self.notes: list[str] = []
-        self.sites: list[dict[str, Any]] = []  # allocation sites the investigations saw grow (oom.py)
+        self.sites: list[dict[str, Any]] = []  # allocation sites the investigations saw grow (sites.py)
         self.forensic_seconds = 0.0
         self.remedy_seconds = 0.0
         #: The whole doctor's share of the run's time (`overhead`): an investigation waits while the doctor's
@@ -135,7 +139,7 @@ class Clinic:
         if self.triage is not None:
             self._timed(self._triage_step, step, completed, run_seconds)
         elif self.investigation is None and completed:
-            suspects = {m: t for m, levels in completed.items() if (t := self.monitor.suspicion(m, levels))}
+            suspects = {m: t for m, levels in completed.items() if (t := self.suspicion.of(m, levels))}
             before = self._suspect_since
             self._suspect_since = {m: since for m, since in before.items() if m not in completed}
             self._suspect_since.update({m: before.get(m, step) for m in suspects})
@@ -183,7 +187,7 @@ class Clinic:
         assert triage is not None
         self._read_counters(step)
         joining = {m: t for m, levels in completed.items()
-                   if m not in triage.suspects and (t := self.monitor.suspicion(m, levels))}
+                   if m not in triage.suspects and (t := self.suspicion.of(m, levels))}
         if joining:
             self.monitor.busy(joining)
             counters = corroborators(joining, self._spec)
@@ -303,7 +307,7 @@ class Clinic:
         ladders read every metric, so a suspect that joins is judged on the whole window."""
         assert self.investigation is not None
         joining = {m: t for m, levels in completed.items()
-                   if m not in self.investigation.suspects and (t := self.monitor.suspicion(m, levels))}
+                   if m not in self.investigation.suspects and (t := self.suspicion.of(m, levels))}
         if joining:
             self.monitor.busy(joining)
             self.investigation.join(joining)
@@ -327,7 +331,7 @@ class Clinic:
         evidence = investigation.finish(self._step, self.monitor.trends(), specs, self.settings.remedies,
                                          self.settings.horizon)
         self._investigated.update({m: float(self.monitor.series[m].peak) for m in investigation.suspects})
-        self.sites = oom.allocation_sites(evidence.reports, self.sites, self._step)
+        self.sites = allocation_sites(evidence.reports, self.sites, self._step)
         findings = diagnose(evidence, self.practice.rules, self.guard)
         self.notes += unexplained_notes(evidence, findings)
         explained: set[str] = set()

@@ -1,6 +1,6 @@
 """From evidence to findings: the rule runner, and the generic rules that apply whatever the framework (an
 allocator cache, and the native_memory fallback). The Evidence they read, and what a Rule is, are in
-evidence.py, which the integrations' rules import too.
+the ground floor's base/evidence.py, which the integrations' rules import too.
 
 Rules run in priority order; each sees the findings accepted before it, so a specific cause found by a
 framework rule is not reported again by a generic one.
@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from leakdoctor.judging.evidence import RSS, Evidence, Rule
-from leakdoctor.lifecycle.guard import Guard
-from leakdoctor.reporting.summary import Finding
+from leakdoctor.base.evidence import RSS, Evidence, Rule
+from leakdoctor.base.findings import Finding
+from leakdoctor.base.guard import Guard
 
 
 def diagnose(evidence: Evidence, rules: Sequence[Rule], guard: Guard) -> list[Finding]:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping, Sequence
 
-from leakdoctor.integrations import Cleanup, Forensic, MetricSpec, heap
-from leakdoctor.judging.detect import Trend
-from leakdoctor.judging.evidence import Evidence, Ladder
-from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.base.evidence import Evidence, Ladder
+from leakdoctor.base.guard import Guard
+from leakdoctor.base.integration import Cleanup, Forensic
+from leakdoctor.base.metric import MetricSpec
+from leakdoctor.base.trend import Trend
+from leakdoctor.integrations import heap
 
 
 def run_ladder(cleanups: Sequence[Cleanup], read: Callable[[], Mapping[str, float]], guard: Guard,

@@ -13,11 +13,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Sequence
 
+from leakdoctor.base.findings import Finding
+from leakdoctor.base.trend import theil_sen
 from leakdoctor.judging.clinic import Clinic
-from leakdoctor.judging.detect import theil_sen
 from leakdoctor.judging.stopped import thinned, whole_fit
 from leakdoctor.reading.monitor import Monitor
-from leakdoctor.reporting.summary import Finding
 from leakdoctor.settings import Settings
 
 LastLook = Callable[[int], list[Finding]]

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from leakdoctor.judging.detect import is_material, theil_sen, window_minima
+from leakdoctor.base.findings import Finding
+from leakdoctor.base.trend import is_material, theil_sen, window_minima
 from leakdoctor.reading.monitor import Monitor
-from leakdoctor.reporting.summary import Finding
 from leakdoctor.settings import Settings
 
 #: The summary's whole-run fits use at most this many points of a history (up to 1024): Theil–Sen and

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from leakdoctor.integrations import MetricSpec
-from leakdoctor.judging.detect import Trend, is_material
+from leakdoctor.base.metric import MetricSpec
+from leakdoctor.base.trend import Trend, is_material
 
 #: Windows the counters are read over, at every step, before a suspicion is judged; and at most.
 CONFIRM_WINDOWS, MAX_WINDOWS = 2, 4

@@ -20,12 +20,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from leakdoctor.judging.detect import theil_sen
+from leakdoctor.base.trend import theil_sen
+from leakdoctor.judging.sites import SITES, allocation_sites
 from leakdoctor.reading.monitor import Monitor
 from leakdoctor.reporting.summary import Summary
 
 if TYPE_CHECKING:
-    from leakdoctor.lifecycle.limits import Limit
+    from leakdoctor.integrations.limits import Limit
 
 #: Exception classes (by name, anywhere in the class's MRO) that mean memory ran out: Python's and
 #: numpy's MemoryError, torch's OutOfMemoryError (CUDA, and torch.OutOfMemoryError), TensorFlow/Keras's
@@ -36,8 +37,7 @@ TYPES = frozenset({"MemoryError", "OutOfMemoryError", "ResourceExhaustedError"})
 #: MLX ("[malloc] Unable to allocate", "[metal::malloc] ..."). Lower case.
 MESSAGES = ("can't allocate memory", "not enough memory", "out of memory", "resource_exhausted",
             "[malloc] unable to allocate", "[metal::malloc]")
-#: Sites and series a post-mortem keeps.
-SITES = 8
+#: Series a post-mortem keeps (and SITES, the sites: judging/sites.py).
 GROWING = 3
 #: History points (the most recent) on which the growth of each series is measured.
 TAIL = 128
@@ -69,24 +69,6 @@ def error_text(exception: BaseException) -> str:
     """'MemoryError: Unable to allocate 8.00 MiB ...' (first line, at most 500 characters)."""
     text = str(exception).strip().splitlines()
     return f"{type(exception).__name__}: {text[0][:500] if text else ''}".rstrip(": ")
-
-
-def allocation_sites(reports: Mapping[str, Any], seen: list[dict[str, Any]], step: int) -> list[dict[str, Any]]:
-    """The sites an investigation's forensics saw grow (tracemalloc's allocation lines, the tensor census's
-    kept tensors), merged into those seen before: the latest look at a place wins; the user's lines
-    first, then the largest."""
-    new = []
-    growth = reports.get("tracemalloc")
-    for site in getattr(growth, "sites", [])[:SITES]:
-        new.append({"location": site.location, "bytes": float(site.size), "count": site.count,
-                    "user": bool(site.user), "seen_by": "tracemalloc", "step": step})
-    census = reports.get("tensor_census")
-    held = ", ".join(h.name for h in getattr(census, "holders", [])[:3]) or None
-    for description, count, size, graph in getattr(census, "groups", [])[:SITES]:
-        new.append({"location": held, "tensors": description, "bytes": float(size), "count": count,
-                    "user": graph, "seen_by": "tensor_census", "step": step})
-    merged = {(s["seen_by"], s["location"], s.get("tensors")): s for s in seen + new}
-    return sorted(merged.values(), key=lambda s: (s["user"], s["bytes"]), reverse=True)[:SITES]
 
 
 def growing(monitor: Monitor) -> list[dict[str, Any]]:

@@ -37,12 +37,13 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from leakdoctor.judging.detect import is_material
+from leakdoctor.base.findings import Finding
+from leakdoctor.base.guard import Guard, warn
+from leakdoctor.base.trend import is_material
+from leakdoctor.base.units import format_value
 from leakdoctor.judging.stopped import stopped
-from leakdoctor.lifecycle.guard import Guard, warn
 from leakdoctor.reading.monitor import Monitor
 from leakdoctor.reporting import report
-from leakdoctor.reporting.summary import Finding, format_value
 from leakdoctor.settings import Settings
 
 #: A warning is repeated when the steps left have fallen to this fraction of those last warned about.

@@ -30,8 +30,8 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from leakdoctor.integrations import MetricSpec
-from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.base.guard import Guard
+from leakdoctor.base.metric import MetricSpec
 from leakdoctor.reading.probing import CHEAP_READ
 
 #: Seconds a gauge's call may take by default; a gauge that takes longer is switched off.

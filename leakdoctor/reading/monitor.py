@@ -1,8 +1,9 @@
-"""Per-metric detection state: the series, each metric's baseline, and when a metric is suspect.
+"""Per-metric detection state: the series, each metric's baseline, and which metrics are free to investigate.
 
-A metric is suspect when its recent window minima grow significantly (detect.assess) at a rate that is
-material over the horizon. Metrics under investigation or verification are busy; metrics whose leak
-has no remedy (left) are quiet (reported once, not investigated again). A remedy moves the baseline,
+It only reads and reports: whether a metric is suspect (its recent window minima grow significantly at a rate
+that is material over the horizon) is the judging's decision (judging/suspicion.py), made on what this
+reports. Metrics under investigation or verification are busy; metrics whose leak has no remedy (left) are
+quiet (reported once, not investigated again). A remedy moves the baseline,
 so only samples after it count; a suspicion that ended benign or dismissed, or a benign finding whose
 remedy did not stop the growth (it may not be the cache it was taken for), cools the metric down,
 each time for twice as long, so growth that is not a leak cannot trigger investigations over and over.
@@ -12,10 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping
 
-from leakdoctor.integrations import MetricSpec
-from leakdoctor.judging.detect import SCALES, Trend, assess, is_material, onset, slope_bound, theil_sen
+from leakdoctor.base.metric import MetricSpec
+from leakdoctor.base.trend import SCALES, Trend, assess, theil_sen
 from leakdoctor.reading.series import Series
 from leakdoctor.settings import Settings
 
@@ -54,38 +55,16 @@ class Monitor:
                 completed[metric] = levels
         return completed
 
-    def suspicion(self, metric: str, levels: Iterable[int]) -> Trend | None:
-        """A growing, material trend of a primary metric that is free to investigate, else None."""
+    def free_to_investigate(self, metric: str) -> bool:
+        """A primary metric that is not busy (under investigation or verification), not quiet (a leak with no
+        remedy, reported once) and not cooling down: one whose growth may raise a suspicion (judging/suspicion.py)."""
         series = self.series[metric]
-        if series.spec.role != "primary" or metric in self._busy or metric in self._quiet \
-                or series.end_step < self._cool_until.get(metric, 0):
-            return None
-        since = self._since.get(metric, 0)
-        alpha = self.settings.alpha
-        for level in levels:
-            if not _new_high(series.levels[level], since) or not self._could_matter(series, level, since):
-                continue
-            steps, minima = series.minima(level, since)
-            trend = assess(steps, minima, alpha, fit_flat=False)
-            if trend.growing and is_material(series.spec.unit, trend.slope, series.end or 0.0,
-                                             self.settings.horizon, series.spec.limit):
-                return dataclasses.replace(trend, onset_step=onset(steps, minima))
-        return None
+        return series.spec.role == "primary" and metric not in self._busy and metric not in self._quiet \
+            and series.end_step >= self._cool_until.get(metric, 0)
 
-    def _could_matter(self, series: Series, level: int, since: int) -> bool:
-        """Could the level's minima grow at a rate that matters, at any scale the detector tests? On the
-        bound of the Theil–Sen slope (detect.slope_bound), without numpy: the statistics, which a window
-        close that sets a new high would run, cost ten times more, and a clean run's resident memory
-        creeps up by a page now and then."""
-        entries = [e for e in series.levels[level] if e[0] > since]
-        spec, level_now, horizon = series.spec, series.end or 0.0, self.settings.horizon
-        for k in SCALES:
-            if k > len(entries):
-                break
-            steps, values = zip(*entries[-k:])
-            if is_material(spec.unit, slope_bound(steps, values), level_now, horizon, spec.limit):
-                return True
-        return False
+    def baseline(self, metric: str) -> int:
+        """The step after which a metric's samples count (a remedy or an investigation moves it)."""
+        return self._since.get(metric, 0)
 
     def rising(self, completed: Mapping[str, list[int]]) -> bool:
         """Cheap early sign: a primary metric free to investigate whose last RISING window minima each
@@ -139,13 +118,3 @@ class Monitor:
     def quiet(self, metrics: Iterable[str]) -> None:
         self._busy.difference_update(metrics)
         self._quiet.update(metrics)
-
-
-def _new_high(entries: Sequence[tuple[int, float]], since: int) -> bool:
-    """Cheap pre-check: enough minima after `since`, the newest above the previous few. A growing
-    series passes nearly every window; a flat or noisy one rarely does, and skips the statistics."""
-    count = SCALES[0]
-    if len(entries) < count or entries[-count][0] <= since:
-        return False
-    newest = entries[-1][1]
-    return all(newest > entries[-i][1] for i in range(2, count + 1))

@@ -20,8 +20,8 @@ import math
 import time
 from typing import Callable, Mapping, Sequence
 
-from leakdoctor.integrations import MetricSpec, Probe
-from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.base.guard import Guard
+from leakdoctor.base.metric import MetricSpec, Probe
 
 #: Seconds a probe may cost per sample on average; a dearer probe is read every ceil(cost / CHEAP_READ)
 #: samples. A counter read costs 1-5 µs; walking hooks or live arrays costs tens to thousands.

@@ -26,8 +26,8 @@ import math
 import time
 from typing import Any, Callable
 
-from leakdoctor.judging.detect import is_material
-from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.base.guard import Guard
+from leakdoctor.base.trend import is_material
 from leakdoctor.reading.monitor import Monitor
 from leakdoctor.reading.pacing import Pacer
 from leakdoctor.reading.probing import Probes

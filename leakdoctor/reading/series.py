@@ -14,7 +14,7 @@ from collections import deque
 
 import numpy as np
 
-from leakdoctor.integrations import MetricSpec
+from leakdoctor.base.metric import MetricSpec
 
 
 class Series:

@@ -1,4 +1,5 @@
-"""The remedy registry: names, the `remedies=` levels, and lazy loading (one module per remedy).
+"""The remedy registry: names, the `remedies=` levels (base/remedy_names.py, which the settings check against),
+and lazy loading (one module per remedy).
 
 A remedy module is imported only when a finding calls for it, so `import leakdoctor` imports no
 framework. Each module exposes its class as `REMEDY`.
@@ -7,38 +8,14 @@ framework. Each module exposes its class as `REMEDY`.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
+
+from leakdoctor.base.remedy_names import INVASIVE, LEVELS, NAMES, SAFE, resolve
 
 if TYPE_CHECKING:
     from leakdoctor.remedies.base import Remedy
 
-#: Semantics-preserving: applied with remedies="safe". A finding gets the first applicable remedy in
-#: registry order (cap_cache before clear_cache: capping a cache costs less than clearing it); if that
-#: does not work it is undone where possible and the next one is tried.
-SAFE = ("force_eval", "cap_cache", "clear_cache", "gc_collect", "malloc_trim")
-#: Change what the program does (drop hooks, detach tensors, swap an optimizer's control flow, reset
-#: Keras global state): applied only with remedies="all" or by name.
-INVASIVE = ("remove_hooks", "detach_retained", "cond_to_where", "clear_session")
-NAMES = SAFE + INVASIVE
-LEVELS = ("off", "safe", "all")
-
-
-def resolve(spec: str | Sequence[str]) -> tuple[str, ...]:
-    """The remedy names a `remedies=` value allows, in registry order."""
-    if isinstance(spec, str):
-        if spec == "off":
-            return ()
-        if spec == "safe":
-            return SAFE
-        if spec == "all":
-            return NAMES
-        raise ValueError(f"remedies={spec!r}: expected one of {LEVELS} or a list of remedy names from {NAMES}")
-    if not isinstance(spec, (list, tuple, set, frozenset)):
-        raise ValueError(f"remedies={spec!r}: expected one of {LEVELS} or a list of remedy names from {NAMES}")
-    unknown = [name for name in spec if name not in NAMES]
-    if unknown:
-        raise ValueError(f"remedies: unknown remedy name(s) {unknown}: valid names are {NAMES}")
-    return tuple(name for name in NAMES if name in spec)
+__all__ = ["SAFE", "INVASIVE", "NAMES", "LEVELS", "resolve", "load"]
 
 
 def load(name: str) -> "type[Remedy]":

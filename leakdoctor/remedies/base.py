@@ -8,10 +8,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
-from leakdoctor.integrations import Cleanup
-from leakdoctor.judging.detect import Trend
+from leakdoctor.base.findings import Finding
+from leakdoctor.base.integration import Cleanup
+from leakdoctor.base.trend import Trend
 from leakdoctor.reading.pacing import Pacer
-from leakdoctor.reporting.summary import Finding
 
 
 @dataclass

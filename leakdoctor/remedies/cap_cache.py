@@ -9,9 +9,9 @@ no live data."""
 
 from __future__ import annotations
 
+from leakdoctor.base.units import format_value
 from leakdoctor.integrations.mlx import CACHE, core
 from leakdoctor.remedies.base import Remedy, RemedyContext
-from leakdoctor.reporting.summary import format_value
 
 
 class CapCache(Remedy):

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from leakdoctor.base.trend import Trend
 from leakdoctor.integrations import keras as keras_integration
 from leakdoctor.integrations.process import malloc_trim
-from leakdoctor.judging.detect import Trend
 from leakdoctor.remedies.base import Remedy, RemedyContext
 
 #: The only global state reset for good: the counters that make layer names unique.

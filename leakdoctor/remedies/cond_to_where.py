@@ -28,8 +28,10 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Sequence
 
-from leakdoctor.lifecycle.guard import warn
+from leakdoctor.base.guard import warn
 from leakdoctor.remedies.base import Remedy, RemedyContext
+
+__all__ = ["cond_to_where", "rewrite_jaxpr", "count_conds", "CondToWhere", "REMEDY"]
 
 
 def cond_to_where(target: Any) -> Any:

@@ -12,7 +12,9 @@ import os
 import re
 from typing import Any, Callable
 
-from leakdoctor.reporting.schema import CAUSES, SCHEMA, SEVERITIES, STATES
+from leakdoctor.base.schema import CAUSES, SCHEMA, SEVERITIES, STATES
+
+__all__ = ["SummaryFileError", "read", "check", "clean"]
 
 #: A summary is a few hundred kB (histories are bounded at 1024 points a series); a larger file is not one.
 MAX_BYTES = 64 * 2**20

@@ -10,13 +10,30 @@ Uses matplotlib's object API without pyplot, so no global backend or figure stat
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
+
+from leakdoctor.base.findings import Finding, SeriesSummary, proving
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from leakdoctor.reporting.summary import Finding, SeriesSummary, Summary
+
+class PlottedSummary(Protocol):
+    """What the figure reads of a summary: reporting/summary.py's Summary, which imports this module to draw
+    itself, so this one names the fields it reads instead of importing it back."""
+
+    framework: str
+    steps: int
+    series: dict[str, SeriesSummary]
+    findings: list[Finding]
+    settings: dict[str, Any]
+    stopped: dict[str, Any] | None
+    unwatched: dict[str, Any] | None
+    calls: list[dict[str, Any]] | None
+
+    @property
+    def verdict(self) -> str: ...
 
 #: Unit ladders: (size, suffix), largest first; a count has no suffix.
 UNITS: dict[str, tuple[tuple[float, str], ...]] = {
@@ -31,12 +48,12 @@ COLOURS = {"leak": "tab:red", "remedied": "tab:red", "minor": "tab:orange", "ben
 MIN_SPAN = 0.02
 
 
-def plot_summary(summary: "Summary", path: str | os.PathLike[str]) -> None:
+def plot_summary(summary: "PlottedSummary", path: str | os.PathLike[str]) -> None:
     """Write the summary's figure as a PNG."""
     figure(summary).savefig(path, dpi=100)
 
 
-def figure(summary: "Summary") -> "Figure":
+def figure(summary: "PlottedSummary") -> "Figure":
     """The figure: a title with the verdict and the steps, and one panel per series worth showing."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -62,7 +79,7 @@ def figure(summary: "Summary") -> "Figure":
     return fig
 
 
-def title(summary: "Summary") -> str:
+def title(summary: "PlottedSummary") -> str:
     """'leakdoctor: LEAK (torch, 400 steps)', with the reason when the run was not watched enough."""
     text = f"leakdoctor: {summary.verdict.upper()} ({summary.framework}, {summary.steps} steps)"
     if summary.verdict == "unwatched" and summary.unwatched:
@@ -70,7 +87,7 @@ def title(summary: "Summary") -> str:
     return text
 
 
-def shown(summary: "Summary") -> list[str]:
+def shown(summary: "PlottedSummary") -> list[str]:
     """The series that get a panel, in the summary's order: resident memory first (what the run's memory
     did, whatever else grew), then those that grow and those a finding is on; without resident memory,
     the first series at least."""
@@ -81,15 +98,13 @@ def shown(summary: "Summary") -> list[str]:
         summary.series[name].grows or name in marked)]
 
 
-def _proving(f: "Finding", summary: "Summary") -> list[str]:
+def _proving(f: "Finding", summary: "PlottedSummary") -> list[str]:
     """The series that proved a finding (its metric, and the hooks, compiles, live arrays or a container's
     length it explains), each on its own panel with the finding's marks."""
-    from leakdoctor.reporting.summary import proving
-
     return proving(f, summary.series)
 
 
-def _panel(ax: "Axes", name: str, s: "SeriesSummary", summary: "Summary") -> None:
+def _panel(ax: "Axes", name: str, s: "SeriesSummary", summary: "PlottedSummary") -> None:
     """One series with its marks, y axis in human units (whole numbers for a count), and a legend of
     every mark beside it."""
     from matplotlib.ticker import MaxNLocator
@@ -115,14 +130,14 @@ def _panel(ax: "Axes", name: str, s: "SeriesSummary", summary: "Summary") -> Non
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
 
 
-def proof_panels(summary: "Summary") -> list[tuple["Finding", dict[str, Any]]]:
+def proof_panels(summary: "PlottedSummary") -> list[tuple["Finding", dict[str, Any]]]:
     """What proved a finding that no series holds (its investigation's reading at the window's two ends:
     the autograd nodes a census counted), one panel each: a retained graph on flat resident memory is shown
     by the nodes that grew."""
     return [(f, record) for f in summary.findings for record in f.proof if len(record.get("points") or []) >= 2]
 
 
-def _proof_panel(ax: "Axes", f: "Finding", record: dict[str, Any], summary: "Summary") -> None:
+def _proof_panel(ax: "Axes", f: "Finding", record: dict[str, Any], summary: "PlottedSummary") -> None:
     """One proof record: its readings, with the finding's marks and the run's."""
     from matplotlib.ticker import MaxNLocator
 
@@ -148,7 +163,7 @@ def _proof_panel(ax: "Axes", f: "Finding", record: dict[str, Any], summary: "Sum
 MARKED_CALLS = 60
 
 
-def _run_marks(ax: "Axes", summary: "Summary") -> None:
+def _run_marks(ax: "Axes", summary: "PlottedSummary") -> None:
     """The run's own marks on every panel: where on_limit stopped it, and where each call ended (a Keras
     run, whose steps are the batches of several calls)."""
     if summary.stopped and isinstance(summary.stopped.get("step"), int):

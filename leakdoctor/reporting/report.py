@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from leakdoctor.judging.detect import SCALES, classify, is_material, steps_to_limit, theil_sen
+from leakdoctor.base.findings import Finding, SeriesSummary
+from leakdoctor.base.trend import SCALES, classify, is_material, steps_to_limit, theil_sen
+from leakdoctor.base.units import format_value
 from leakdoctor.judging.stopped import FIT_POINTS, stopped, thinned, whole_fit
 from leakdoctor.reading.monitor import RISING, Monitor
-from leakdoctor.reporting.summary import Finding, SeriesSummary, format_value
 from leakdoctor.settings import Settings
 
 if TYPE_CHECKING:

@@ -1,27 +1,8 @@
-"""The names a summary file is made of, which the Summary writes (summary.py) and a reader checks before it
-trusts a file (loading.py): the schema name, the causes a finding may name, its states and severities."""
+"""The summary file's names, under their old module: they live on the ground floor (leakdoctor/base/schema.py),
+since a Finding checks its cause against them."""
 
 from __future__ import annotations
 
-SCHEMA = "leakdoctor.summary/1"
+from leakdoctor.base.schema import CAUSES, SCHEMA, SEVERITIES, STATES
 
-CAUSES: dict[str, str] = {
-    "lazy_graph": "a lazy computation graph chains across steps and is never evaluated",
-    "compile_cache": "a function is compiled or traced again every step",
-    "hook_accumulation": "hooks are registered repeatedly and never removed",
-    "retained_graph": "tensors that still hold their autograd graph are kept across steps",
-    "container_growth": "a list, dict or set keeps growing",
-    "python_objects": "Python objects accumulate",
-    "device_arrays": "arrays on the device accumulate",
-    "allocator_cache": "an allocator cache holds freed memory (not a leak)",
-    "dataloader_workers": "data-loading worker processes grow",
-    "native_memory": "native memory grows and nothing else explains it",
-}
-
-
-#: A finding's final state: a leak still growing; remedied (an effective remedy); minor (a proven cause too
-#: slow to matter over the horizon: listed, the verdict stays clean); benign (not a leak: an allocator
-#: cache); withdrawn (a live alert that the end of the run did not bear out, with its `reason`).
-STATES = ("leak", "remedied", "minor", "benign", "withdrawn")
-#: major: material over the horizon (the verdict is leak); minor: not.
-SEVERITIES = ("major", "minor")
+__all__ = ["SCHEMA", "CAUSES", "STATES", "SEVERITIES"]

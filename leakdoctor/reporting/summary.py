@@ -1,6 +1,7 @@
 """The end-of-run report: findings, series, verdict; rendered as JSON (schema leakdoctor.summary/1, whose
-names are schema.py's), as a text table, and (with the [plot] extra) as a PNG (plot.py). Read back from a
-file with Summary.load, which loading.py checks first."""
+names are base/schema.py's), as a text table, and (with the [plot] extra) as a PNG (plot.py). Read back from a
+file with Summary.load, which loading.py checks first. A Summary is made of the ground floor's Finding,
+RemedyOutcome and SeriesSummary (leakdoctor/base/findings.py), which this module also exports."""
 
 from __future__ import annotations
 
@@ -10,140 +11,19 @@ import math
 import os
 import secrets
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from leakdoctor.base.findings import Finding, RemedyOutcome, SeriesSummary, known_fields, proving
+from leakdoctor.base.schema import SCHEMA, STATES
+from leakdoctor.base.units import format_value
 from leakdoctor.reporting.loading import read
 from leakdoctor.reporting.plot import plot_summary
-from leakdoctor.reporting.schema import CAUSES, SCHEMA, STATES
 
-
-@dataclass
-class RemedyOutcome:
-    """What a remedy did and whether the growth stopped afterwards (None until verified)."""
-
-    name: str
-    applied_step: int
-    effective: bool | None = None
-    rate_after: float | None = None
-    detail: str = ""
-    error: str | None = None
-
-
-#: Finding fields that stay in the process: what a remedy acts on, the remedy (serialized apart), what the
-#: diagnosis reads.
-LOCAL = frozenset({"subject", "remedy", "explains", "accounts"})
-
-
-@dataclass
-class Finding:
-    """One diagnosed cause of growth. `reclaimed_by` names the cleanup that took the growth back (so the
-    matching remedy can repeat it); `subject` is what a remedy acts on and is never serialized.
-    `severity`, `state` and `reason` are set in the summary (None while the run goes on: the finding is
-    suspected); `detected_rate` is the rate announced when it was found, before the whole-run refit;
-    `supporting`, set in the summary too, what other metrics showed of the same cause at the same place."""
-
-    cause: str
-    metric: str
-    first_step: int
-    detected_step: int
-    rate_per_step: float
-    unit: str
-    location: str | None
-    evidence: str
-    recommendation: str
-    rate_interval: tuple[float, float] | None = None
-    benign: bool = False
-    reclaimed_by: str | None = None
-    remedy: RemedyOutcome | None = None
-    explains: tuple[str, ...] = ()
-    severity: str | None = None
-    state: str | None = None
-    reason: str | None = None
-    detected_rate: float | None = None
-    #: the same cause at the same place seen on other metrics (report.merged): each one's metric, rate,
-    #: unit, steps, state, severity and remedy, as its own finding would have said
-    supporting: list[dict[str, Any]] = field(default_factory=list)
-    #: what proved it that no series of the run holds, as its investigation read it: {"name", "unit",
-    #: "points": [[step, value], ...]} (the autograd nodes a census counted at the window's two ends)
-    proof: list[dict[str, Any]] = field(default_factory=list)
-    subject: Any = field(default=None, repr=False, compare=False)
-    #: bytes of each explained metric's growth in the window that this finding's own evidence measured (the
-    #: new items of a container, a traced allocation site); a metric it explains but did not measure (a kept
-    #: graph's saved activations have no size a census reads) is not here. Never serialized: the diagnosis
-    #: reads it to let another proven cause claim the rest of the same metric (judging/diagnosis.py).
-    accounts: dict[str, float] = field(default_factory=dict, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.cause not in CAUSES:
-            raise ValueError(f"unknown cause {self.cause!r}: expected one of {sorted(CAUSES)}")
-        if not self.explains:
-            self.explains = (self.metric,)
-        if self.detected_rate is None:
-            self.detected_rate = self.rate_per_step
-
-    @property
-    def final_state(self) -> str:
-        """The state, or for a finding not yet judged (a live one, or one of an older file) what its
-        fields say: benign, remedied (an effective remedy) or leak."""
-        if self.state is not None:
-            return self.state
-        return "benign" if self.benign else "remedied" if self.remedy and self.remedy.effective else "leak"
-
-    @property
-    def counts(self) -> bool:
-        """Does it make the verdict: a major leak, remedied or not (a minor one is listed only)?"""
-        return self.final_state in ("leak", "remedied") and self.severity != "minor"
-
-    @property
-    def key(self) -> tuple[str, str, str | None]:
-        """Identity across investigations: the same cause on the same metric at the same place."""
-        return self.cause, self.metric, self.location
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in LOCAL}
-        data["remedy"] = asdict(self.remedy) if self.remedy else None
-        data["series"] = list(self.explains)  # the series that proved it (the plot's panels, the table's lines)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Finding":
-        known = {f.name for f in fields(cls)} - LOCAL
-        remedy = data.get("remedy")
-        fields_ = {k: v for k, v in data.items() if k in known}
-        if fields_.get("rate_interval") is not None:
-            fields_["rate_interval"] = tuple(fields_["rate_interval"])
-        if isinstance(data.get("series"), list):
-            fields_["explains"] = tuple(str(name) for name in data["series"])
-        return cls(**fields_, remedy=RemedyOutcome(**_known(RemedyOutcome, remedy)) if remedy else None)
-
-
-@dataclass
-class SeriesSummary:
-    """One metric over the run. `points` is a bounded, decimated history for plots. `trend`: growing,
-    plateau (grew, then stopped) or flat; `slow`: a growth too slow to matter over the horizon (it grew
-    steadily, so it is `growing`, never `flat`; its rate is `slope_per_step`)."""
-
-    unit: str
-    start: float
-    end: float
-    peak: float
-    slope_per_step: float
-    trend: str
-    points: list[tuple[int, float]] = field(default_factory=list)
-    slow: bool = False
-
-    @property
-    def trend_text(self) -> str:
-        """The trend as the table says it: 'growing, too slow to matter' for a slow growth."""
-        return f"{self.trend}, too slow to matter" if self.slow and self.trend == "growing" else self.trend
-
-    @property
-    def grows(self) -> bool:
-        """A growth that matters over the horizon (what the plot and the step-time line speak of)."""
-        return self.trend == "growing" and not self.slow
+__all__ = ["Summary", "Finding", "RemedyOutcome", "SeriesSummary", "verdict_of", "format_value", "render_text",
+           "step_time_line", "proving", "write_atomic", "now_iso"]
 
 
 def verdict_of(findings: list[Finding]) -> str:
@@ -250,7 +130,7 @@ class Summary:
         if data.get("schema") != SCHEMA:
             raise ValueError(f"not a leakdoctor summary: schema {data.get('schema')!r}, expected {SCHEMA!r}")
         series = {
-            name: SeriesSummary(**{**_known(SeriesSummary, s), "points": [tuple(p) for p in s.get("points", [])]})
+            name: SeriesSummary(**{**known_fields(SeriesSummary, s), "points": [tuple(p) for p in s.get("points", [])]})
             for name, s in data["series"].items()
         }
         return cls(
@@ -293,12 +173,6 @@ class Summary:
     def plot(self, path: str | os.PathLike[str]) -> None:
         """Write the PNG of the run (needs matplotlib: the [plot] extra)."""
         plot_summary(self, path)
-
-
-def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    """The entries of `data` that are fields of the dataclass `cls` (a newer file may have more)."""
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in data.items() if k in names}
 
 
 def _strict(value: Any) -> Any:
@@ -352,21 +226,6 @@ def remove_stale(path: Path) -> None:
                 tmp.unlink()
         except OSError:  # gone already, or not ours to remove: the write goes on
             continue
-
-
-def format_value(value: float | None, unit: str) -> str:
-    """Human units: 1.5 MiB, 12 ms, 0.35 µs, 3.0."""
-    if value is None:
-        return "-"
-    if unit == "bytes":
-        magnitude = abs(value)
-        for suffix, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-            if magnitude >= size:
-                return f"{value / size:.1f} {suffix}"
-        return f"{value:.0f} B"
-    if unit == "seconds":  # a slope of microseconds a step reads in µs, not as "0.00 ms"
-        return f"{value * 1e6:.2f} µs" if 0 < abs(value) < 5e-6 else f"{value * 1e3:.2f} ms"
-    return f"{value:g}" if abs(value) >= 0.01 or value == 0 else f"{value:.2e}"
 
 
 def _table(rows: list[list[str]]) -> list[str]:
@@ -476,12 +335,6 @@ def _finding_lines(f: Finding) -> list[str]:
     return lines
 
 
-def proving(f: Finding, series: dict[str, SeriesSummary]) -> list[str]:
-    """The series that proved a finding, that the summary has: its metric, then what it explains (the hooks,
-    the compiles, the live arrays, a container's length that grew with it)."""
-    return [name for name in dict.fromkeys([f.metric, *f.explains]) if name in series]
-
-
 def _proving_lines(f: Finding, series: dict[str, SeriesSummary]) -> list[str]:
     """'  series: len(outputs) 25 -> 400 (1/step, growing)': the series that proved it, as the table reads them."""
     shown = []
@@ -505,7 +358,7 @@ def _supporting_line(other: dict[str, Any]) -> str:
             f"since step {other.get('first_step')} ({other.get('state')})")
     remedy = other.get("remedy")
     if remedy:
-        text += f"; remedy {_remedy_line(RemedyOutcome(**_known(RemedyOutcome, remedy)), other.get('unit') or 'count')}"
+        text += f"; remedy {_remedy_line(RemedyOutcome(**known_fields(RemedyOutcome, remedy)), other.get('unit') or 'count')}"
     return text
 
 

@@ -27,7 +27,7 @@ import types
 from types import ModuleType
 from typing import Any, Callable
 
-from leakdoctor.integrations.source import is_user_file
+from leakdoctor.base.source import is_user_file
 from leakdoctor.runner.session import Session
 
 #: The keyword under which each compiler takes the function (a call without it is a decorator factory,

@@ -98,10 +98,10 @@ def _torch_step(session: Session, optimizer: Any, args: Any, kwargs: Any) -> Non
 
 def with_others(kind: str, options: dict[str, Any]) -> dict[str, Any]:
     """`options` with the integrations of the other frameworks this process imported (a torch loop that also
-    jits with JAX): the pytest plugin's doctor loads the same (in_process.py), so a bug gets one answer."""
-    from leakdoctor.runner import in_process
+    jits with JAX): the pytest plugin's doctor loads the same (loaded.py), so a bug gets one answer."""
+    from leakdoctor.runner.loaded import imported, integration_of
 
-    others = [in_process.integration_of(name) for name in in_process.imported() if name != kind]
+    others = [integration_of(name) for name in imported() if name != kind]
     return {**options, "integrations": [*options.get("integrations", ()), *others]} if others else options
 
 

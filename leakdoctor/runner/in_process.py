@@ -1,8 +1,8 @@
 """The doctor for a step that leakdoctor is handed as a callable (the pytest plugin's test body or
 `leak_check` step): the loop doctor of the frameworks this process imported, with the model and optimizer
 the first call of the step showed, as `leakdoctor run` attaches at a framework's step (frameworks.py). So a
-bug gets one cause, one holder and one line whichever entry point judged it (DESIGN.md, "One judgement
-everywhere"): a list of outputs that keeps their autograd graphs is `retained_graph` at the list's line, a
+bug gets one cause, one holder and one line whichever entry point judged it (each loads the same
+integrations): a list of outputs that keeps their autograd graphs is `retained_graph` at the list's line, a
 hook added per step `hook_accumulation` at its line, not growth of native memory at the allocating line.
 
 The doctor is torch's when torch is imported, else MLX's, else JAX's, else the engine; the integrations of
@@ -15,8 +15,10 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
-#: (framework, the module whose presence says the process uses it), in the order that picks the doctor.
-FRAMEWORKS = (("torch", "torch"), ("mlx", "mlx.core"), ("jax", "jax"))
+from leakdoctor.runner.loaded import FRAMEWORKS, imported, integration_of
+
+__all__ = ["FRAMEWORKS", "FirstStep", "imported", "integration_of", "make_doctor"]
+
 
 
 class FirstStep:
@@ -71,11 +73,6 @@ class FirstStep:
         return model, optimizer
 
 
-def imported() -> list[str]:
-    """The frameworks this process imported, in FRAMEWORKS' order."""
-    return [name for name, module in FRAMEWORKS if module in sys.modules]
-
-
 def make_doctor(first: FirstStep, **options: Any) -> Any:
     """The loop doctor for this process's frameworks (see the module's docstring), with `options`."""
     frameworks = imported()
@@ -98,14 +95,3 @@ def make_doctor(first: FirstStep, **options: Any) -> Any:
     from leakdoctor.doctor import LeakDoctor
 
     return LeakDoctor(**options)
-
-
-def integration_of(name: str) -> Any:
-    """The integration of a framework imported beside the doctor's own (no model or optimizer of its own)."""
-    if name == "torch":
-        from leakdoctor.integrations import torch as part
-    elif name == "mlx":
-        from leakdoctor.integrations import mlx as part  # type: ignore[no-redef]
-    else:
-        from leakdoctor.integrations import jax as part  # type: ignore[no-redef]
-    return part.integration()

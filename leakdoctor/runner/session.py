@@ -206,7 +206,7 @@ class Session:
     def unwatched(self, reason: str = NO_STEP, emit: bool = True, entry: dict[str, Any] | None = None) -> Any:
         """The summary of a run in which no step was seen: written, plotted and printed as the run's options
         ask (unless `emit` is False). `entry`: its `unwatched` (default: `reason`, with --step-on as the fix)."""
-        from leakdoctor import __version__
+        from leakdoctor.base.version import __version__
         from leakdoctor.reporting.summary import Summary
 
         summary = Summary(framework=framework_imported(self.kind), steps=0, series={}, findings=[],

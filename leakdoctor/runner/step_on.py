@@ -121,7 +121,7 @@ def _doctor(**options: Any) -> Any:
     elif "torch" in sys.modules:
         from leakdoctor.callbacks.torch import LeakDoctor
     else:
-        from leakdoctor import LeakDoctor
+        from leakdoctor.doctor import LeakDoctor
     return LeakDoctor(**options)
 
 
