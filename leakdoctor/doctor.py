@@ -116,6 +116,7 @@ class LeakDoctor:
         #: whether the ranks of a distributed run agree on the stop (the subclass's step() then settles)
         self._shared = isinstance(self._limit_watch, stopping.SharedLimitWatch)
         self._snapshot = oom.Snapshot(self.settings.oom_snapshot)
+        self._reserve = oom.Reserve()
         self._sampler = Sampler(self.settings, self._probes, self._monitor, self._guard)
         # The summary written while the run goes (heartbeat=, oom_watermark=), so that a SIGKILL leaves it
         self._heartbeat = Heartbeat(self.settings, self._memory, self._monitor, self._clinic, self._guard,
@@ -331,6 +332,7 @@ class LeakDoctor:
         if self._unattended == "collected":
             self._clinic.notes.append(f"finish() was never called: the doctor was finished when it was "
                                       f"garbage-collected, at step {self._step}")
+        self._reserve.release()  # room for the summary, where the run's last allocation may have failed
         if exception is not None:
             self._clinic.notes.append(f"the run ended with {type(exception).__name__} at step {self._step}")
         self._sampler.account_user_time(self._step, time.perf_counter())

@@ -178,18 +178,82 @@ RLIMIT_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("kind", ["RLIMIT_AS", "RLIMIT_DATA"])
-def test_an_rlimit_set_in_a_process_is_its_limit_as_a_resident_size(kind):
+def test_rlimit_data_set_in_a_process_is_its_limit_as_a_resident_size():
     import json
 
     headroom = 400 * MIB
-    run = subprocess.run([sys.executable, "-c", RLIMIT_SCRIPT, kind, str(headroom)], capture_output=True, text=True,
-                         timeout=120, check=True)
+    run = subprocess.run([sys.executable, "-c", RLIMIT_SCRIPT, "RLIMIT_DATA", str(headroom)], capture_output=True,
+                         text=True, timeout=120, check=True)
     result = json.loads(run.stdout)
-    assert result["detail"].startswith(f"{kind} {result['soft']} bytes")
+    assert result["detail"].startswith(f"RLIMIT_DATA {result['soft']} bytes")
     # the headroom the rlimit leaves is the headroom of the resident size (within what settled meanwhile)
     assert abs((result["limit"] - result["rss"]) - headroom) < 16 * MIB
     assert result["summary"]["source"] == "rlimit" and result["summary"]["bytes"] <= result["limit"] + 16 * MIB
+    assert result["summary"]["figure"] == "rss_bytes"
+
+
+def test_rlimit_as_set_in_a_process_is_compared_with_the_address_space():
+    import json
+
+    headroom = 400 * MIB
+    run = subprocess.run([sys.executable, "-c", RLIMIT_SCRIPT, "RLIMIT_AS", str(headroom)], capture_output=True,
+                         text=True, timeout=120, check=True)
+    result = json.loads(run.stdout)
+    assert result["detail"].startswith(f"RLIMIT_AS {result['soft']} bytes")
+    assert result["limit"] == result["soft"]  # the rlimit itself, on the figure it bounds
+    assert result["summary"] == {"bytes": result["soft"], "source": "rlimit", "detail": result["detail"],
+                                 "figure": "vms_bytes"}
+
+
+#: A loop under RLIMIT_AS that, after the doctor is made, reserves address space it never touches (as
+#: allocators and frameworks do), then leaks LEAK resident bytes a step, with on_limit="stop".
+RESERVED_SCRIPT = textwrap.dedent("""
+    import json, mmap, os, resource, sys
+    import psutil
+    from leakdoctor import LeakDoctor
+
+    MIB = 2**20
+    headroom, reserve, leak = (int(a) * MIB for a in sys.argv[1:4])
+    process = psutil.Process()
+    resource.setrlimit(resource.RLIMIT_AS, (process.memory_info().vms + headroom, resource.RLIM_INFINITY))
+    kept, rows, stop, raised = [], [], None, None
+    doctor = LeakDoctor(on_limit="stop", warmup=5, window=3, overhead=1.0, sampler="inline", heartbeat=None,
+                        verbose=False)
+    reserved = mmap.mmap(-1, reserve)  # address space, never touched: no resident memory
+    try:
+        for step in range(1, 5000):
+            kept.append(bytearray(os.urandom(16)) * (leak // 16))
+            doctor.step()
+            usage = process.memory_info()
+            rows.append((step, usage.vms, usage.rss))
+            if stop is None and doctor.should_stop:
+                stop = step  # the loop goes on, to see where the address space runs out
+    except MemoryError:
+        raised = len(kept)
+    summary = doctor.finish()
+    print(json.dumps({"stop": stop, "raised": raised, "rows": rows, "summary": summary.to_dict()}))
+""")
+
+
+def test_address_space_reserved_after_the_start_counts_against_rlimit_as():
+    """The stop is judged on the address space RLIMIT_AS bounds: a reservation made after the limit was
+    resolved leaves resident memory far below the limit when the mapping fails."""
+    import json
+    import math
+
+    run = subprocess.run([sys.executable, "-c", RESERVED_SCRIPT, "700", "300", "4"], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.splitlines()[-1])
+    summary = result["summary"]
+    assert summary["memory_limit"]["figure"] == "vms_bytes" and "vms_bytes" in summary["series"]
+    assert result["raised"] is not None  # the loop went on until the address space ran out
+    stop = result["stop"]
+    assert stop is not None and summary["stopped"]["step"] == stop, summary.get("stopped")
+    margin = max(math.ceil(summary["settings"]["limit_margin"] * stop), 2)
+    assert stop <= result["raised"] <= stop + margin + 3, (stop, result["raised"], margin)
+    rss_at_stop = next(rss for step, _, rss in result["rows"] if step == stop)
+    assert rss_at_stop < summary["memory_limit"]["bytes"] - 250 * MIB  # resident memory was far from it
 
 
 # --- which limit a summary used ------------------------------------------------------------------------------

@@ -134,7 +134,42 @@ def watched_trainer(steps: int, appended_by_loop: bool) -> dict:
     return doctor.summary.to_dict()
 
 
+def logged_losses(steps: int) -> dict:
+    """A torch loop that logs each step's loss tensor through a logger whose MemoryHandler buffers every
+    record: the buffer keeps each loss with its graph; the loop's `loss` holds only the newest."""
+    import logging
+    import logging.handlers
+
+    import torch
+
+    from leakdoctor.callbacks.torch import LeakDoctor
+
+    log = logging.getLogger("leakdoctor-test-buffered")
+    log.propagate, log.handlers = False, [logging.handlers.MemoryHandler(capacity=10**9, flushLevel=logging.CRITICAL)]
+    log.setLevel(logging.DEBUG)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(32, 64)
+    with LeakDoctor(model=model, optimizer=optimizer, memory_limit=LIMIT, verbose=False, overhead=1.0) as doctor:
+        for _ in range(steps):
+            optimizer.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+            log.debug("loss %s", loss)  # LOG-LOSS
+            doctor.step()
+    return doctor.summary.to_dict()
+
+
 # --- tests --------------------------------------------------------------------------------------------
+
+def test_tensors_kept_by_a_loggers_buffer_are_named_as_its_buffer_at_the_logging_line():
+    """Not the loop's `loss` variable, which holds only the newest tensor: the MemoryHandler's buffer,
+    reached from the user's logger, at the line that logs the tensor."""
+    summary = isolated(logged_losses, 600)
+    finding = only(summary, "retained_graph")
+    assert finding["location"] == f"MemoryHandler.buffer of log in logged_losses() (tests/{at('LOG-LOSS')})"
+
 
 def test_an_equinox_step_retraced_every_step_is_placed_at_the_users_call():
     summary = isolated(equinox_retraced, 48, LIMIT)

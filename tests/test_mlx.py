@@ -448,3 +448,55 @@ def test_cap_cache_undo_restores_the_previous_limit():
 def test_bad_arguments_fail_at_construction(kwargs, bad):
     with pytest.raises(ValueError, match=bad.replace("(", r"\(")):
         LeakDoctor(verbose=False, **kwargs)
+
+
+#: A script whose loop runs at module level, keeping the model's unevaluated outputs in a global list after
+#: evaluating the state each step (the issue's `history.append(model(X))` after `mx.eval(state)`).
+GLOBAL_HISTORY = '''
+import json
+from functools import partial
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+from leakdoctor.callbacks.mlx import LeakDoctor
+
+model = nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 10))
+optimizer = optim.SGD(learning_rate=0.01)
+state = [model.state, optimizer.state]
+X = mx.random.normal((64, 32)); y = mx.random.randint(0, 10, (64,))
+
+def loss_fn(model, X, y):
+    return nn.losses.cross_entropy(model(X), y).mean()
+
+@partial(mx.compile, inputs=state, outputs=state)
+def step(X, y):
+    loss, grads = nn.value_and_grad(model, loss_fn)(model, X, y)
+    optimizer.update(model, grads)
+    return loss
+
+history = []
+with LeakDoctor(model=model, optimizer=optimizer, summary_path="leaks.json", verbose=False) as doctor:
+    for i in range(800):
+        loss = step(X, y)
+        mx.eval(state)
+        history.append(model(X))  # HISTORY-APPEND
+        doctor.step()
+print(json.dumps(doctor.summary.to_dict()))
+'''
+
+
+def test_unevaluated_outputs_in_a_global_list_are_one_finding_at_the_append(tmp_path):
+    """One bug, one finding: the list at the append line, which resident memory's growth is part of too
+    (the investigation's window may grow resident memory more than the leak does)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "history.py"
+    script.write_text(GLOBAL_HISTORY)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = json.loads(run.stdout.splitlines()[-1])
+    line = next(i for i, text in enumerate(GLOBAL_HISTORY.splitlines(), 1) if text.endswith("# HISTORY-APPEND"))
+    assert [(f["cause"], f["metric"], f["location"]) for f in summary["findings"]] == [
+        ("lazy_graph", "mlx_active_bytes", f"global history (history.py:{line})")]
+    assert summary["findings"][0]["state"] == "leak"

@@ -193,6 +193,24 @@ def storing_line(filename: str, first: int, last: int, name: str) -> int | None:
     return min((n.lineno for n in _stores(tree, first, last, name)), default=None)
 
 
+def calling_line(filename: str, first: int, last: int, name: str) -> int | None:
+    """The first line between `first` and `last` where the code hands a variable to a method of `name`
+    (`log.debug("loss %s", loss)`, not `log.setLevel(logging.DEBUG)`): where a library's object that `name`
+    refers to is given what it keeps."""
+    tree = _parse(filename, len(linecache.getlines(filename)))
+    if tree is None or not name.isidentifier():
+        return None
+    calls = [n.lineno for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last and isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Attribute) and _names(n.func.value, name) and _hands_a_variable(n)]
+    return min(calls, default=None)
+
+
+def _hands_a_variable(call: ast.Call) -> bool:
+    """Does the call pass a variable (`loss`, `*outputs`, `value=loss`) as an argument?"""
+    values = [a.value if isinstance(a, ast.Starred) else a for a in call.args] + [k.value for k in call.keywords]
+    return any(isinstance(v, ast.Name) for v in values)
+
+
 def stored_value(filename: str, first: int, last: int, name: str) -> str | None:
     """The code of what the first store into `name` between `first` and `last` stores: `out.mean()` of
     `activations.append(out.mean())`, `loss` of `total += loss`, in parentheses where it is an operation

@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
-from leakdoctor.base.source import frame_locals, is_user_file, short_path, stored_value, storing_line
+from leakdoctor.base.source import calling_line, frame_locals, is_user_file, short_path, stored_value, storing_line
 from leakdoctor.integrations import heap
 
 
@@ -54,7 +54,8 @@ class Holder:
     the line that stores them (the loop's function, then the class of the object whose attribute it is),
     and access for remedies (detach_retained): `get` returns the live container
     or object; `rebind` replaces it where that is possible (attributes, globals; not a function's local
-    variables)."""
+    variables). `via` is the user's variable through which a library's object that keeps them is reached
+    (`log` of "MemoryHandler.buffer of global log"): the line that hands it what it keeps calls it."""
 
     path: str
     scope: str
@@ -63,6 +64,7 @@ class Holder:
     line: int
     get: Callable[[], Any]
     rebind: Callable[[Any], None] | None = None
+    via: str | None = None
 
     @property
     def name(self) -> str:
@@ -85,7 +87,8 @@ class Holder:
         alike); else where that code stands now."""
         name = self.variable
         for path, first, last in self.regions:
-            line = storing_line(path, first, last, name)
+            line = storing_line(path, first, last, name) if self.via is None else calling_line(path, first, last,
+                                                                                              self.via)
             if line is not None:
                 return f"{self.name} ({short_path(path)}:{line})"
         path, first, last = self.regions[0]
@@ -114,25 +117,44 @@ def find_holders(kept: Sequence[Any], roots: Sequence[Any], frame: Any) -> list[
 
 
 def _narrowed(holder: Holder, ids: set[int]) -> Holder:
-    """The holder, or the attribute of one of the user's objects inside it that holds all it holds: a
-    list of callbacks is named by the callback's attribute that keeps the objects (Logger.predictions)."""
-    value = holder.get()
+    """The holder, or the attribute of an object inside it that holds all it holds: a list of callbacks is
+    named by the callback's attribute that keeps the objects (Logger.predictions). Inside a library's
+    object (a logger's MemoryHandler) the attribute is named as reached from the user's variable, whose
+    code regions stay where the line is looked for."""
+    value, place = holder.get(), holder
     for _ in range(DEPTH):
-        if _searchable(value):
+        if _named(value):
             attrs = [(a, v) for a, v in vars(value).items() if _holds(v, ids)[0] >= holder.count]
             if not attrs:
                 return holder
             owner, (attr, value) = value, attrs[0]
-            regions, line = _regions(type(owner))
             ref = weakref.ref(owner)
-            holder = Holder(f"{type(owner).__qualname__}.{attr}", "", holder.count, regions, line,
-                            lambda a=attr: getattr(ref(), a, None), lambda v, a=attr: setattr(ref(), a, v))
+            get, rebind = (lambda a=attr: getattr(ref(), a, None)), (lambda v, a=attr: setattr(ref(), a, v))
+            path = f"{type(owner).__qualname__}.{attr}"
+            if _searchable(owner):
+                regions, line = _regions(type(owner))
+                holder = Holder(path, "", holder.count, regions, line, get, rebind)
+            else:  # a library's object: named from the user's place, and left alone by the remedies
+                holder = Holder(path, f" of {place.name}", holder.count, place.regions, place.line, get, None,
+                                place.via or place.variable)
         elif isinstance(value, CONTAINERS):
             items = value.values() if isinstance(value, dict) else value
             value = next((v for v in items if _holds(v, ids)[0] >= holder.count), None)
         else:
             return holder
     return holder
+
+
+def _named(obj: Any) -> bool:
+    """An object whose attributes name what it holds: any with a __dict__ that takes weakrefs, other than
+    classes, modules and functions."""
+    if not hasattr(obj, "__dict__") or inspect.isclass(obj) or inspect.ismodule(obj) or inspect.isroutine(obj):
+        return False
+    try:
+        weakref.ref(obj)
+    except TypeError:
+        return False
+    return True
 
 
 #: (path, scope, value, origins: the frame, the owner's class, the module's globals, where the code that stores
@@ -247,8 +269,9 @@ def _local_getter(code: Any, name: str, value: Any) -> Callable[[], Any]:
 
 
 #: How deep a place is searched for the kept objects: a list of pytrees (a list of flax States: State,
-#: its dict, a Param, the array) is four levels.
-DEPTH = 5
+#: a Param, the array) is three levels; a logger's buffered records (the logger, its handlers, the
+#: MemoryHandler, its buffer, a record, its args, the tensor) six.
+DEPTH = 6
 #: Objects looked at per place at most, so that searching a large object (a model, a dataset) stays cheap.
 BUDGET = 20_000
 
@@ -288,10 +311,15 @@ _ATOMS = frozenset({int, float, bool, str, bytes, type(None), complex})
 
 
 def _contents(obj: Any) -> list[Any]:
+    """What `obj` holds: a container's items, an instance's attributes (its __dict__ is no level of its
+    own) and whatever else the garbage collector sees it hold."""
     if isinstance(obj, dict):
         return list(obj.values())
     if isinstance(obj, CONTAINERS):
         return list(obj)
+    inner = getattr(obj, "__dict__", None)
+    if type(inner) is dict:
+        return [*inner.values(), *(r for r in gc.get_referents(obj) if r is not inner)]
     return gc.get_referents(obj)
 
 

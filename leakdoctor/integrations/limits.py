@@ -10,13 +10,14 @@ A limit is compared with the figure that enforces it (`Limit.figure`, the series
 `oom_watermark` and the post-mortem read): a cgroup's charge (`cgroup_bytes`: v2 `memory.current`, v1
 `memory.usage_in_bytes` of the cgroup whose limit it is, read by process.CgroupProbe) for a cgroup limit,
 which counts page cache and kernel memory that resident memory leaves out and charges mapped files the
-process did not fault in itself; resident memory (`rss_bytes`) for RAM, `memory_limit=` and the rlimits.
+process did not fault in itself; the address space (`vms_bytes`, process.AddressSpaceProbe) for
+RLIMIT_AS, which refuses a mapping, touched or not, once the virtual size would pass it; resident memory
+(`rss_bytes`) for RAM and `memory_limit=`. The tightest limit is the one with the least room left on its
+own figure.
 
-RLIMIT_AS bounds the virtual size, RLIMIT_DATA the private writable mappings; the doctor measures the
-resident size. A leak touches what it allocates, so it grows both alike: the resident size at which the
-address space runs out is the rlimit less what is mapped but not resident (shared libraries, reserved
-arenas and thread stacks), measured when the limit is resolved. Comparing VMS against RLIMIT_AS instead
-would need a second series, and VMS also jumps for reservations that never cost memory.
+RLIMIT_DATA bounds the private writable mappings, which no series reads: it is held as a resident size,
+the rlimit less what its measure counts beyond the resident size when the limit is resolved (a leak
+touches what it allocates, so it grows both alike).
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ import psutil
 
 from leakdoctor.base.metric import MetricSpec
 
-__all__ = ["SOURCES", "RESIDENT", "CHARGE", "CHARGE_FILES", "UNLIMITED", "Limit", "process_limit", "describe", "ram",
-           "cgroup_limit", "cgroup_mounts", "rlimits"]
+__all__ = ["SOURCES", "RESIDENT", "CHARGE", "ADDRESS", "CHARGE_FILES", "UNLIMITED", "Limit", "process_limit", "describe",
+           "ram", "cgroup_limit", "cgroup_mounts", "rlimits"]
 
 SOURCES = ("cgroup", "rlimit", "RAM", "device", "user")
-#: The figures a process limit is compared with: resident memory, and a cgroup's charge.
-RESIDENT, CHARGE = "rss_bytes", "cgroup_bytes"
+#: The figures a process limit is compared with: resident memory, a cgroup's charge, the address space.
+RESIDENT, CHARGE, ADDRESS = "rss_bytes", "cgroup_bytes", "vms_bytes"
 #: The file that holds a cgroup's charge, beside the file of its limit (v2, v1).
 CHARGE_FILES = {"memory.max": "memory.current", "memory.limit_in_bytes": "memory.usage_in_bytes"}
 #: At or above this, a cgroup v1 limit means "no limit" (v1 writes it as 2**63 - 1 rounded to a page).
@@ -45,8 +46,8 @@ UNLIMITED = 2**60
 @dataclass(frozen=True)
 class Limit:
     """A memory limit in bytes, where it comes from (one of SOURCES), the detail (a file, an rlimit), the
-    series it is compared with (`figure`: resident memory, or for a cgroup's limit the cgroup's charge
-    where its file can be read) and, for a cgroup's, the file that holds its charge (beside the file its
+    series it is compared with (`figure`: resident memory; for a cgroup's limit the cgroup's charge where
+    its file can be read; for RLIMIT_AS the address space) and, for a cgroup's, the file that holds its charge (beside the file its
     detail names). Two limits are the same limit whatever they are compared with."""
 
     bytes: float
@@ -61,12 +62,22 @@ class Limit:
 
 
 def process_limit(override: float | None = None, root: str | os.PathLike[str] = "/") -> Limit:
-    """The limit of this process's resident memory: `override` if given, else the tightest of physical
-    memory, the cgroup limit and the rlimits. `root` is where /proc and /sys are found."""
+    """The limit of this process's memory: `override` if given, else the one of physical memory, the
+    cgroup limit and the rlimits that leaves the least room on its own figure. `root` is where /proc and
+    /sys are found."""
     if override is not None:
         return Limit(float(override), "user", "memory_limit=")
-    found = [ram(), cgroup_limit(root), *rlimits()]
-    return min((limit for limit in found if limit is not None), key=lambda limit: limit.bytes)
+    usage = psutil.Process().memory_info()
+    found = [limit for limit in (ram(), cgroup_limit(root), *rlimits()) if limit is not None]
+    return min(found, key=lambda limit: limit.bytes - _used(limit, usage))
+
+
+def _used(limit: Limit, usage: Any) -> float:
+    """What `limit`'s figure reads now: the address space, a cgroup's charge, or resident memory."""
+    if limit.figure == ADDRESS:
+        return float(usage.vms)
+    charge = _read_limit(Path(limit.charge)) if limit.figure == CHARGE and limit.charge else None
+    return charge if charge is not None else float(usage.rss)
 
 
 def describe(spec: MetricSpec | None, process: Limit, user: float | None) -> dict[str, Any] | None:
@@ -178,23 +189,29 @@ def _unescape(field: str) -> str:
 # --- rlimits ------------------------------------------------------------------------------------------
 
 def rlimits() -> list[Limit]:
-    """RLIMIT_AS and RLIMIT_DATA where set (soft limits), as resident sizes: the rlimit less what its
-    measure counts beyond the resident size now (see the module docstring)."""
+    """RLIMIT_AS (compared with the address space) and RLIMIT_DATA (as a resident size: the rlimit less
+    the data size beyond the resident size now, see the module docstring), where set (soft limits)."""
     try:
         import resource
     except ImportError:  # not on Windows
         return []
-    usage = psutil.Process().memory_info()
     found = []
-    for name, measure, used in (("RLIMIT_AS", "virtual size", usage.vms),
-                                ("RLIMIT_DATA", "data size", getattr(usage, "data", None))):
-        kind = getattr(resource, name, None)
-        if kind is None or used is None:
-            continue
-        soft, _ = resource.getrlimit(kind)
-        if soft == resource.RLIM_INFINITY:
-            continue
-        gap = float(used - usage.rss)
+    soft = _soft(resource, "RLIMIT_AS")
+    if soft is not None:
+        found.append(Limit(float(soft), "rlimit", f"RLIMIT_AS {soft} bytes of address space", ADDRESS))
+    soft = _soft(resource, "RLIMIT_DATA")
+    usage = psutil.Process().memory_info()
+    if soft is not None and getattr(usage, "data", None) is not None:
+        gap = float(usage.data - usage.rss)
         found.append(Limit(float(soft) - gap, "rlimit",
-                           f"{name} {soft} bytes, less {gap:.0f} bytes of {measure} beyond the resident size"))
+                           f"RLIMIT_DATA {soft} bytes, less {gap:.0f} bytes of data size beyond the resident size"))
     return found
+
+
+def _soft(resource: Any, name: str) -> int | None:
+    """The soft limit `name` of the resource module, None where unset or unknown."""
+    kind = getattr(resource, name, None)
+    if kind is None:
+        return None
+    soft, _ = resource.getrlimit(kind)
+    return None if soft == resource.RLIM_INFINITY else soft

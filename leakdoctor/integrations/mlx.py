@@ -629,7 +629,9 @@ def kept_arrays(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         return []
     holders = [h for h in census.holders if 2 * h.count >= census.holders[0].count][:3]
     holder = holders[0]
-    rss = RSS in open_metrics and ev.growth(ACTIVE) >= 0.3 * ev.growth(RSS) > 0
+    # of resident memory's growth, what the suspicion predicts where the window grew more (the window may
+    # also hold what an investigation's own tracing costs), as the JAX rule weighs it
+    rss = RSS in open_metrics and ev.growth(ACTIVE) >= 0.3 * min(ev.growth(RSS), ev.expected(RSS)) > 0
     explains = (ACTIVE, *([RSS] if rss else []))
     location = holder.location(ev.reports.get("tracemalloc"))
     held = f"; of {census.sampled} new ones sampled, held by {', '.join(f'{h.name} ({h.count})' for h in holders)}"

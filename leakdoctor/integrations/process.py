@@ -16,7 +16,7 @@ import time
 import tracemalloc
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import psutil
 
@@ -258,6 +258,36 @@ class CgroupProbe:
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
+
+
+class AddressSpaceProbe:
+    """The address space (`vms_bytes`, the first field of the statm read resident memory's reader takes),
+    the figure RLIMIT_AS is compared with (lifecycle/limits.py): the kernel refuses a mapping, touched or
+    not, once it would pass the limit, so reservations count here although they cost no memory.
+    Supporting evidence, never a suspicion of its own (reservations come and go): a leak found on resident
+    memory is projected onto it (`covers`)."""
+
+    name = "address_space"
+    every = 1
+    essential = True  # read on every sample: the limit's own figure, which on_limit and the watermark read
+    metrics = (limits.ADDRESS,)
+
+    def __init__(self, limit: float) -> None:
+        self._read = RssReader()
+        self._spec = MetricSpec(limits.ADDRESS, "bytes", role="supporting", limit=limit, source="process",
+                                where="RLIMIT_AS", covers="rss_bytes")
+
+    def read(self) -> Mapping[str, float]:
+        return {limits.ADDRESS: self._read.mapped()}
+
+    def read_now(self) -> Mapping[str, float]:
+        return self.read()
+
+    def spec(self, metric: str) -> MetricSpec:
+        return self._spec
+
+    def close(self) -> None:
+        self._read.close()
 
 
 class ResidentReader:
@@ -595,18 +625,26 @@ def workers_rule(probe: WorkerProbe) -> Rule:
 WORKERS_SHARE = 1.0
 
 
+def figure_probe(limit: limits.Limit) -> list[Any]:
+    """The probe of the figure `limit` is compared with, where that is not resident memory."""
+    if limit.figure == limits.CHARGE and limit.charge:
+        return [CgroupProbe(limit.charge, limit.bytes)]
+    if limit.figure == limits.ADDRESS:
+        return [AddressSpaceProbe(limit.bytes)]
+    return []
+
+
 def integration(limit: float | limits.Limit | None = None, budget: float = 0.005) -> Integration:
     """Process probes for any run. `limit` is the process limit (a number: resident memory's), by default
-    the one detected; a cgroup's adds the probe of its charge, which carries it (`figure`); `budget` is the
+    the one detected; a cgroup's or RLIMIT_AS adds the probe of the figure it is compared with; `budget` is the
     doctor's overhead budget, of which the worker probe may take WORKERS_SHARE."""
     found = limit if isinstance(limit, limits.Limit) else limits.Limit(float(limit), "user") if limit else \
         limits.process_limit()
     workers = WorkerProbe(budget * WORKERS_SHARE)
     trim = malloc_trim()
-    charge = [CgroupProbe(found.charge, found.bytes)] if found.figure == limits.CHARGE and found.charge else []
     return Integration(
         name="process",
-        probes=[RssProbe(found.bytes), *charge, workers],
+        probes=[RssProbe(found.bytes), *figure_probe(found), workers],
         cleanups=[Cleanup("malloc_trim", trim, settle=True)] if trim else [],
         rules=[workers_rule(workers)],
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import mmap
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
@@ -40,6 +41,8 @@ MESSAGES = ("can't allocate memory", "not enough memory", "out of memory", "reso
 GROWING = 3
 #: History points (the most recent) on which the growth of each series is measured.
 TAIL = 128
+#: The address space a doctor holds for its own last words (Reserve).
+RESERVE = 4 * 2**20
 
 
 def is_oom(exception: BaseException | None) -> bool:
@@ -119,6 +122,20 @@ def imminent(step: int, used: float, limit: Limit, sites: list[dict[str, Any]], 
     if investigating:
         record["investigating"] = sorted(investigating)
     return record
+
+
+class Reserve:
+    """Address space held from the doctor's start and let go of when memory ran out (`release`), so that
+    the summary and the post-mortem (a few small arrays) can be built where the run's last allocation
+    failed: under RLIMIT_AS, none is left then. An anonymous mapping never touched: no resident memory."""
+
+    def __init__(self, size: int = RESERVE) -> None:
+        self._block: mmap.mmap | None = mmap.mmap(-1, size)
+
+    def release(self) -> None:
+        block, self._block = self._block, None
+        if block is not None:
+            block.close()
 
 
 class Snapshot:
