@@ -18,10 +18,10 @@ import errno
 import mmap
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from leakdoctor.base.trend import theil_sen
-from leakdoctor.judging.sites import SITES, allocation_sites
+from leakdoctor.judging.sites import SITES
 from leakdoctor.reading.monitor import Monitor
 from leakdoctor.reporting.summary import Summary
 

@@ -13,12 +13,12 @@ import re
 from typing import Any, Callable
 
 from leakdoctor.base.schema import CAUSES, SCHEMA, SEVERITIES, STATES
+from leakdoctor.base.units import UNITS
 
 __all__ = ["SummaryFileError", "read", "check", "clean"]
 
 #: A summary is a few hundred kB (histories are bounded at 1024 points a series); a larger file is not one.
 MAX_BYTES = 64 * 2**20
-UNITS = ("bytes", "count", "seconds")
 
 # Terminal control: CSI and OSC sequences, other ESC sequences, C0/C1 control characters, and the
 # bidirectional overrides that can make printed text read differently from what it is.
