@@ -80,6 +80,7 @@ class Engine:
         _LIVE.add(self)  # a fork re-creates the lock in the child (_new_locks_in_child)
         self.publisher: exporter.Publisher | None = None
         self.registration: Any = None  # unattended.Registration, once the doctor registered its ending
+        self.termination_key: int | None = None  # lifecycle/termination.py's key: the doctor's id (unattended.py)
 
     def _new_probes(self, parts: Sequence[Integration]) -> Probes:
         step_specs = {name: MetricSpec(name, "seconds", role="supporting", source="process")

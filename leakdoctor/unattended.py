@@ -34,6 +34,7 @@ class Registration:
     def __init__(self, owner: Any, engine: Engine) -> None:
         self.pid = os.getpid()
         engine.registration = self
+        engine.termination_key = id(owner)  # SIGTERM's registry knows the engine by the doctor users hold
         self._collected = weakref.finalize(owner, finish_unattended, engine, "collected")
         self._collected.atexit = False  # at exit, the atexit entry below finishes it, in its place among the handlers
         self._exit = partial(finish_unattended, engine, "exit")

@@ -159,21 +159,34 @@ class KerasDoctor(doctor.LeakDoctor):
                  agree: stopping.Agree | None = None, offset: int = 0, **options: Any) -> None:
         self.label = label
         self.offset = offset  # a fit's doctor: the training batches before its fit (its live lines count on)
-        clock = _Clock(label, offset, record)
         part = Framework(
             name=type(self).framework,
             integrations=[keras_integration.integration(calls), *keras_integration.backend_integrations(model)],
-            leaves_out=without, stop_agreement=lambda: agree, sigterm="doctor" if record is not None else "owner",
-            publisher=_feed(publisher), words=clock.words,
-            **(dict(complete=clock.complete, interim=record.cumulative) if record is not None
-               else dict(emits=_never)))
-        super().__init__(part=part, **options)
+            leaves_out=without, stop_agreement=lambda: agree, publisher=_feed(publisher),
+            words=_Clock(label, offset, record).words)
+        super().__init__(part=_across_calls(part, record) if record is not None else _of_a_fit(part), **options)
         if keras_integration.is_users(model):  # a subclassed model's list/dict attributes are counted
             self.watch_object(model)
 
 
+def _across_calls(part: Framework, record: _Record) -> Framework:
+    """The across-calls doctor owns the callback's run: its summary is the callback's cumulative one, which
+    it writes while the run goes (heartbeat) and completes at the end (a call still open ends, and every
+    fit's findings join the calls' own)."""
+    def complete(summary: Summary, ending: Ending) -> Summary:
+        record.guard.call("keras callback", record.abandon, ending.steps + 1, ending.exception)
+        return record.cumulative(summary)
+
+    return dataclasses.replace(part, complete=complete, interim=record.cumulative)
+
+
+def _of_a_fit(part: Framework) -> Framework:
+    """A fit's doctor neither writes nor prints (its findings join the callback's record), and the
+    across-calls doctor finishes it, on SIGTERM too."""
+    return dataclasses.replace(part, emits=_never, sigterm="owner")
+
+
 def _never(summary: Summary, ending: Ending) -> bool:
-    """A fit's doctor neither writes nor prints: its findings join the callback's record."""
     return False
 
 
@@ -193,8 +206,8 @@ def _feed(given: Publisher | None) -> Callable[[Settings, Guard], Publisher | No
 
 @dataclasses.dataclass(frozen=True)
 class _Clock:
-    """How a Keras doctor says its steps and ends its run: a fit's doctor on the run's clock of training
-    batches (`offset` of them before its fit); the across-calls doctor (with `record`) on its calls."""
+    """How a Keras doctor says its steps: a fit's doctor on the run's clock of training batches (`offset`
+    of them before its fit); the across-calls doctor (with `record`) on its calls, marked."""
 
     label: str
     offset: int
@@ -213,13 +226,6 @@ class _Clock:
         if not self.record.batches:
             return f"{self.label}, {message}"
         return f"{self.label}, step {self.record.at(int(number))} (call {number}): {rest}"
-
-    def complete(self, summary: Summary, ending: Ending) -> Summary:
-        """The across-calls doctor's summary is the callback's: a call still open ends (it raised, or the
-        run ends meanwhile), and every fit's findings join the calls' own."""
-        assert self.record is not None
-        self.record.guard.call("keras callback", self.record.abandon, ending.steps + 1, ending.exception)
-        return self.record.cumulative(summary)
 
 
 #: The overhead parts that add up across the doctors of a run's calls and fits.
