@@ -40,8 +40,9 @@ class Registration:
         self._exit = partial(finish_unattended, engine, "exit")
         atexit.register(self._exit)
         self._child_exit = _child_finalizer(self._exit)
-        if engine.part.sigterm != "owner":
-            termination.register(engine, partial(finish_unattended, engine, "SIGTERM"), weak=True)
+        termination.register(engine, partial(finish_unattended, engine, "SIGTERM"), weak=True)
+        if engine.part.sigterm == "owner":  # registered all the same: the handler is installed for the others
+            termination.unregister(engine)
 
     def cancel(self) -> None:
         """finish() was called: nothing is left to finish unattended."""

@@ -59,6 +59,8 @@ class LeakDoctor(doctor.LeakDoctor):
         optimizer: its `torch.optim.Optimizer`, or None.
         watch_model: count the model's list/dict attributes every step, so that one that keeps growing
             (outputs appended to `self.outputs`) is named.
+        part: the framework part of a wrapper (Lightning's, `leakdoctor.framework.Framework`), which the
+            PyTorch part completes; None: the plain one.
         **options: the shared options, below (README "Options"). `rank` defaults to torch.distributed's.
 
     Raises:
@@ -79,15 +81,15 @@ class LeakDoctor(doctor.LeakDoctor):
     framework = "torch"
 
     def __init__(self, *, model: Any = None, optimizer: Any = None, watch_model: bool = True,
-                 **options: Unpack[DoctorOptions]) -> None:
+                 part: Framework | None = None, **options: Unpack[DoctorOptions]) -> None:
         if not isinstance(watch_model, bool):
             raise ValueError(f"watch_model={watch_model!r}: expected True or False")
         integration = torch_integration.integration(model=model, optimizer=optimizer)
         rank = torch_integration.distributed_rank()
         if rank is not None:  # rank 0 writes the summary of every rank; another rank, its own beside it
             options = ranks.options_on_rank(options, rank)
-        given = options.pop("part", None) or Framework(name=type(self).framework)  # a wrapper's (Lightning's)
-        part = torch_part(given, integration, rank_file=rank is not None and options.get("rank", 0) > 0)
+        part = torch_part(part or Framework(name=type(self).framework), integration,
+                          rank_file=rank is not None and options.get("rank", 0) > 0)
         super().__init__(part=part, **options)
         if model is not None and watch_model:
             self.watch_object(torch_integration.unwrap(model))
