@@ -42,7 +42,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("judging",),
     ("reporting",),
     ("lifecycle", "trackers"),
-    ("doctor", "options"),
+    ("framework", "engine", "closing", "unattended", "doctor", "options"),
     ("callbacks",),
     ("runner",),
     ("cli", "pytest_plugin", "demo", "examples", "__main__", ""),

@@ -36,9 +36,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from leakdoctor import doctor
+from leakdoctor.framework import Framework
 from leakdoctor.integrations import jax as jax_integration
 from leakdoctor.integrations.jax import OptimizerCall
 from leakdoctor.lifecycle import stopping
+from leakdoctor.base.guard import Guard
 from leakdoctor.reporting import ranks
 from leakdoctor.settings import DoctorOptions, documented
 
@@ -84,8 +86,6 @@ class LeakDoctor(doctor.LeakDoctor):
     """
 
     framework = "jax"
-    #: JAX's checkpointing (orbax) is itself a collective: every process saves when the processes stop together.
-    checkpoint_on_every_rank = True
 
     def __init__(self, *, tx: Any = None, optimizer: Any = None, model: Any = None,
                  **options: Unpack[DoctorOptions]) -> None:
@@ -107,8 +107,12 @@ class LeakDoctor(doctor.LeakDoctor):
         rank = jax_integration.process_rank()
         if rank is not None:  # a multi-process run: this process's own summary, beside process 0's
             options = ranks.options_on_rank(options, rank)
-        part = jax_integration.integration(lambda: self._optimizer_call(*self._now) if self._now else None)
-        super().__init__(integrations=[part, *options.pop("integrations", ())], **options)
+        self._guard = Guard()  # the doctor's, shared: a failed rewrite is in the summary's errors
+        integration = jax_integration.integration(lambda: self._optimizer_call(*self._now) if self._now else None)
+        # JAX's checkpointing (orbax) is itself a collective: every process saves when the processes stop together.
+        part = Framework(name=type(self).framework, integrations=[integration], stop_agreement=_stop_agreement,
+                         checkpoint_on_every_rank=True, guard=self._guard)
+        super().__init__(part=part, **options)
 
     @property
     def tx(self) -> Any:
@@ -127,15 +131,8 @@ class LeakDoctor(doctor.LeakDoctor):
             super().step(**context)
         finally:
             self._now = None
-        if self._shared:
-            self._agree_if_due()
         # Checked on every step, so the cheap test first (active_remedies builds a list).
-        return self._swap(state) if self._originals or self._clinic.treatments else state
-
-    def _stop_agreement(self) -> stopping.Agree | None:
-        """How the processes of a multi-process JAX run agree to stop: a process_allgather (None in a single
-        process: the doctor stops alone)."""
-        return jax_integration.process_maximum if jax_integration.process_count() > 1 else None
+        return self._swap(state) if self._originals or self.active_remedies else state
 
     # --- what the cond scan sees --------------------------------------------------------------------
 
@@ -189,6 +186,12 @@ class LeakDoctor(doctor.LeakDoctor):
 
     def _proxy_update(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> Any:
         return self._tx_now.update(updates, state, params, **extra)
+
+
+def _stop_agreement() -> stopping.Agree | None:
+    """How the processes of a multi-process JAX run agree to stop: a process_allgather (None in a single
+    process: the doctor stops alone)."""
+    return jax_integration.process_maximum if jax_integration.process_count() > 1 else None
 
 
 def _proxy(tx: Any, update: Any) -> Any:

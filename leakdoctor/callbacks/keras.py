@@ -72,15 +72,15 @@ from leakdoctor import doctor
 from leakdoctor import options as doctor_options
 from leakdoctor.base.findings import Finding, SeriesSummary
 from leakdoctor.base.guard import Guard
-from leakdoctor.base.integration import Integration
 from leakdoctor.base.trend import theil_sen
+from leakdoctor.framework import Ending, Framework
 from leakdoctor.integrations import keras as keras_integration
 from leakdoctor.judging.stopped import thinned
-from leakdoctor.lifecycle import stopping, termination
+from leakdoctor.lifecycle import stopping
 from leakdoctor.reporting import ranks, report
-from leakdoctor.reporting.exporter import Publisher
+from leakdoctor.reporting.exporter import Publisher, publisher_for
 from leakdoctor.reporting.summary import Summary
-from leakdoctor.settings import DoctorOptions, documented, reject_unknown
+from leakdoctor.settings import DoctorOptions, Settings, documented, reject_unknown
 
 __all__ = ["LeakDoctorCallback", "KerasDoctor"]
 
@@ -152,78 +152,83 @@ class KerasDoctor(doctor.LeakDoctor):
     at exit, on SIGTERM, when collected). Without, it is a fit's doctor: it neither writes nor prints (its
     findings join the record), and the across-calls doctor finishes it, on SIGTERM too. `label` prefixes
     its messages; forensics named in `without` are left out; `publisher`: a feed of the across-calls
-    doctor's /metrics server for this doctor's clock."""
+    doctor's /metrics server for this doctor's clock; `agree`: a fit's doctor's collective in a
+    multi-process run, so that every process stops at the same batch (None: this process stops alone)."""
 
     framework = "keras"
 
     def __init__(self, calls: keras_integration.Calls, label: str, model: Any = None, without: tuple[str, ...] = (),
                  publisher: Publisher | None = None, record: _Record | None = None,
                  agree: stopping.Agree | None = None, offset: int = 0, **options: Any) -> None:
-        self.label, self._without, self._feed, self._record, self._agree = label, without, publisher, record, agree
+        self.label = label
         self.offset = offset  # a fit's doctor: the training batches before its fit (its live lines count on)
-        parts: list[Integration] = [keras_integration.integration(calls),
-                                    *keras_integration.backend_integrations(model)]
-        super().__init__(integrations=[*parts, *options.pop("integrations", ())], **options)
+        part = Framework(
+            name=type(self).framework,
+            integrations=[keras_integration.integration(calls), *keras_integration.backend_integrations(model)],
+            leaves_out=without, stop_agreement=lambda: agree, publisher=_feed(publisher),
+            words=_Clock(label, offset, record).words)
+        super().__init__(part=_across_calls(part, record) if record is not None else _of_a_fit(part), **options)
         if keras_integration.is_users(model):  # a subclassed model's list/dict attributes are counted
             self.watch_object(model)
-        if record is None:
-            termination.unregister(self)
 
-    def step(self, **context: Any) -> None:
-        super().step(**context)
-        if self._shared:
-            self._agree_if_due()
 
-    def _stop_agreement(self) -> stopping.Agree | None:
-        """A fit's doctor in a multi-process run: the backend's collective (`agree`), so that every process
-        stops at the same batch; None: this process stops alone."""
-        return self._agree
+def _across_calls(part: Framework, record: _Record) -> Framework:
+    """The across-calls doctor owns the callback's run: its summary is the callback's cumulative one, which
+    it writes while the run goes (heartbeat) and completes at the end (a call still open ends, and every
+    fit's findings join the calls' own)."""
+    def complete(summary: Summary, ending: Ending) -> Summary:
+        record.guard.call("keras callback", record.abandon, ending.steps + 1, ending.exception)
+        return record.cumulative(summary)
 
-    def _forensics(self, parts: Any) -> list[Any]:
-        return [f for f in super()._forensics(parts) if f.name not in self._without]
+    return dataclasses.replace(part, complete=complete, interim=record.cumulative)
 
-    def _new_publisher(self) -> Publisher | None:
-        if self._feed is not None:
-            return self._feed
-        publisher = super()._new_publisher()
-        if publisher is not None:
-            publisher.labels["clock"] = "call"
-        return publisher
 
-    def _complete(self, summary: Summary, exception: BaseException | None) -> Summary:
-        """The across-calls doctor's summary is the callback's: a call still open ends (it raised, or the
-        run ends meanwhile), and every fit's findings join the calls' own."""
-        if self._record is None:
-            return summary
-        self._record.guard.call("keras callback", self._record.abandon, self.steps + 1, exception)
-        return self._record.cumulative(summary)
+def _of_a_fit(part: Framework) -> Framework:
+    """A fit's doctor neither writes nor prints (its findings join the callback's record), and the
+    across-calls doctor finishes it, on SIGTERM too."""
+    return dataclasses.replace(part, emits=_never, sigterm="owner")
 
-    def _interim_summary(self) -> Summary:
-        """The across-calls doctor's summary written while the run goes (heartbeat): the callback's
-        cumulative one, as written at the end of each fit, so that a later write keeps the fits' findings."""
-        summary = super()._interim_summary()
-        return self._record.cumulative(summary) if self._record is not None else summary
 
-    def _emit(self, summary: Summary) -> None:
-        if self._record is not None:
-            super()._emit(summary)
+def _never(summary: Summary, ending: Ending) -> bool:
+    return False
 
-    def _say(self, message: str) -> None:
-        super()._say(f"{self.label}, {self._on_batches(message)}")
 
-    def _on_batches(self, message: str) -> str:
+def _feed(given: Publisher | None) -> Callable[[Settings, Guard], Publisher | None]:
+    """Where a doctor's metrics go: a fit's doctor feeds the across-calls doctor's /metrics server (`given`),
+    the across-calls doctor serves its own, its series labelled `clock="call"`."""
+    def publisher(settings: Settings, guard: Guard) -> Publisher | None:
+        if given is not None:
+            return given
+        own = publisher_for(settings, KerasDoctor.framework, guard)
+        if own is not None:
+            own.labels["clock"] = "call"
+        return own
+
+    return publisher
+
+
+@dataclasses.dataclass(frozen=True)
+class _Clock:
+    """How a Keras doctor says its steps: a fit's doctor on the run's clock of training batches (`offset`
+    of them before its fit); the across-calls doctor (with `record`) on its calls, marked."""
+
+    label: str
+    offset: int
+    record: _Record | None
+
+    def words(self, message: str) -> str:
         """A live line on the run's one clock, training batches: 'step 64: ...' of a fit's doctor is its
         batch plus the batches before its fit; of the across-calls doctor, the batches at the end of that
         call, with the call marked ('step 480 (call 3): ...'). A run that trained no batch counts calls."""
         head, colon, rest = message.partition(": ")
         number = head.removeprefix("step ")
         if not colon or not head.startswith("step ") or not number.isdigit():
-            return message
-        if self._record is None:
-            return f"step {self.offset + int(number)}: {rest}"
-        if not self._record.batches:
-            return message
-        return f"step {self._record.at(int(number))} (call {number}): {rest}"
+            return f"{self.label}, {message}"
+        if self.record is None:
+            return f"{self.label}, step {self.offset + int(number)}: {rest}"
+        if not self.record.batches:
+            return f"{self.label}, {message}"
+        return f"{self.label}, step {self.record.at(int(number))} (call {number}): {rest}"
 
 
 #: The overhead parts that add up across the doctors of a run's calls and fits.

@@ -36,6 +36,7 @@ import importlib
 import os
 import sys
 import warnings
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 from leakdoctor import options as doctor_options
@@ -43,6 +44,7 @@ from leakdoctor.base.findings import Finding
 from leakdoctor.base.guard import Guard
 from leakdoctor.callbacks.torch import LeakDoctor
 from leakdoctor.doctor import STATE_SCHEMA
+from leakdoctor.framework import PLAIN, Framework
 from leakdoctor.lifecycle.stopping import Agree
 from leakdoctor.reporting.summary import Summary
 from leakdoctor.settings import DoctorOptions, documented
@@ -59,28 +61,20 @@ class LightningDoctor(LeakDoctor):
     make it a growth that stopped). The series are this fit's."""
 
     framework = "lightning"
-    #: Lightning's SignalConnector turns SIGTERM into a SIGTERMException at the next step during fit (and
-    #: requeues on SLURM); on_exception then finishes this doctor. leakdoctor's own handler keeps out.
-    framework_handles_sigterm = True
-
-    #: Lightning's save_checkpoint is a collective that every rank enters (rank 0 writes the file).
-    checkpoint_on_every_rank = True
 
     def __init__(self, *, earlier: Summary | None = None, agree: Agree | None = None, **options: Any) -> None:
-        self._agree = agree  # before the engine builds its limit watch, which asks for it
-        super().__init__(**options)
+        # Lightning's SignalConnector turns SIGTERM into a SIGTERMException at the next step during fit (and
+        # requeues on SLURM); on_exception then finishes this doctor: leakdoctor's own handler keeps out.
+        # Lightning's save_checkpoint is a collective that every rank enters (rank 0 writes the file).
+        # The ranks agree on a stop through the strategy's collective when the trainer runs several ranks
+        # (`agree`), never torch.distributed directly: the strategy knows its own collectives.
+        part = Framework(name=type(self).framework, stop_agreement=lambda: agree, sigterm="framework",
+                         checkpoint_on_every_rank=True,
+                         continues=partial(continued, earlier) if earlier is not None else PLAIN.continues)
+        super().__init__(part=part, **options)
         self._earlier = earlier
         if earlier is not None:
             self.load_state_dict({"schema": STATE_SCHEMA, "steps": earlier.steps, "findings": [], "notes": []})
-
-    def _stop_agreement(self) -> Agree | None:
-        """The strategy's collective when the trainer runs several ranks (the callback's `agree`), never
-        torch.distributed directly: the strategy knows its own collectives."""
-        return self._agree
-
-    def _build_summary(self) -> Summary:
-        summary = super()._build_summary()
-        return summary if self._earlier is None else continued(self._earlier, summary)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

@@ -23,6 +23,7 @@ import reprlib
 from typing import TYPE_CHECKING, Any
 
 from leakdoctor import doctor
+from leakdoctor.framework import Framework
 from leakdoctor.integrations import mlx as mlx_integration
 from leakdoctor.settings import DoctorOptions, documented, parse_bytes
 
@@ -70,8 +71,8 @@ class LeakDoctor(doctor.LeakDoctor):
         if optimizer is not None and not isinstance(optimizer, optim.Optimizer):
             raise ValueError(f"optimizer={reprlib.repr(optimizer)}: expected an mlx.optimizers.Optimizer or None")
         limit = options.get("memory_limit")
-        part = mlx_integration.integration(model, optimizer, parse_bytes(limit) if limit is not None else None)
-        super().__init__(integrations=[part, *options.pop("integrations", ())], **options)
+        integration = mlx_integration.integration(model, optimizer, parse_bytes(limit) if limit is not None else None)
+        super().__init__(part=Framework(name=type(self).framework, integrations=[integration]), **options)
 
 
 __all__ = ["LeakDoctor"]

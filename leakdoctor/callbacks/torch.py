@@ -34,11 +34,13 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from leakdoctor import doctor
+from leakdoctor.framework import PLAIN, Ending, Framework
+from leakdoctor.base.integration import Integration
 from leakdoctor.integrations import torch as torch_integration
 from leakdoctor.lifecycle import stopping
 from leakdoctor.reporting import ranks
 from leakdoctor.reporting.summary import Summary
-from leakdoctor.settings import DoctorOptions, documented
+from leakdoctor.settings import DoctorOptions, Settings, documented
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -59,6 +61,8 @@ class LeakDoctor(doctor.LeakDoctor):
         optimizer: its `torch.optim.Optimizer`, or None.
         watch_model: count the model's list/dict attributes every step, so that one that keeps growing
             (outputs appended to `self.outputs`) is named.
+        part: the framework part of a wrapper (Lightning's, `leakdoctor.framework.Framework`), which the
+            PyTorch part completes; None: the plain one.
         **options: the shared options, below (README "Options"). `rank` defaults to torch.distributed's.
 
     Raises:
@@ -79,82 +83,98 @@ class LeakDoctor(doctor.LeakDoctor):
     framework = "torch"
 
     def __init__(self, *, model: Any = None, optimizer: Any = None, watch_model: bool = True,
-                 **options: Unpack[DoctorOptions]) -> None:
+                 part: Framework | None = None, **options: Unpack[DoctorOptions]) -> None:
         if not isinstance(watch_model, bool):
             raise ValueError(f"watch_model={watch_model!r}: expected True or False")
-        part = torch_integration.integration(model=model, optimizer=optimizer)
+        integration = torch_integration.integration(model=model, optimizer=optimizer)
         rank = torch_integration.distributed_rank()
         if rank is not None:  # rank 0 writes the summary of every rank; another rank, its own beside it
             options = ranks.options_on_rank(options, rank)
-        #: whether summary_path is this rank's own file, beside rank 0's (rank > 0 under torch.distributed)
-        self._rank_file = rank is not None and options.get("rank", 0) > 0
-        self._gathered = False  # whether finish() handed this rank's summary to rank 0
-        super().__init__(integrations=[part, *options.pop("integrations", ())], **options)
+        part = torch_part(part or Framework(name=type(self).framework), integration,
+                          rank_file=rank is not None and options.get("rank", 0) > 0)
+        super().__init__(part=part, **options)
         if model is not None and watch_model:
             self.watch_object(torch_integration.unwrap(model))
 
-    def step(self, **context: Any) -> None:
-        super().step(**context)
-        if self._shared:
-            self._agree_if_due()
 
-    def _stop_agreement(self) -> stopping.Agree | None:
-        """How the ranks agree to stop: torch.distributed's all_reduce (None on one rank: the doctor stops
-        alone)."""
-        return torch_integration.rank_maximum if torch_integration.world_size() > 1 else None
+def torch_part(given: Framework, integration: Integration, *, rank_file: bool) -> Framework:
+    """`given` (the plain part, or a wrapper's such as Lightning's) with PyTorch's integration first, the
+    gathering of the ranks' summaries (`Gathering`), and torch.distributed's stop agreement unless `given`
+    has its own. `rank_file`: summary_path is this rank's own file, beside rank 0's (rank > 0 under
+    torch.distributed)."""
+    gathering = Gathering(rank_file)
+    agreement = given.stop_agreement if given.stop_agreement is not PLAIN.stop_agreement else _stop_agreement
+    return dataclasses.replace(given, integrations=[integration, *given.integrations], stop_agreement=agreement,
+                               complete=gathering.complete, emits=gathering.emits)
 
-    def _complete(self, summary: Summary, exception: BaseException | None) -> Summary:
+
+def _stop_agreement() -> stopping.Agree | None:
+    """How the ranks agree to stop: torch.distributed's all_reduce (None on one rank: the doctor stops
+    alone)."""
+    return torch_integration.rank_maximum if torch_integration.world_size() > 1 else None
+
+
+class Gathering:
+    """How a rank's summary is finished under torch.distributed: every rank's gathered into rank 0's."""
+
+    def __init__(self, rank_file: bool) -> None:
+        #: whether summary_path is this rank's own file, beside rank 0's (rank > 0 under torch.distributed)
+        self.rank_file = rank_file
+        self.gathered = False  # whether finish() handed this rank's summary to rank 0
+
+    def complete(self, summary: Summary, ending: Ending) -> Summary:
         """Gather every rank's summary into rank 0's; not after an exception, when the other ranks may
         never reach the collective, nor when the script never called finish() (the doctor finished at
         interpreter exit, on a signal or when it was collected): the other ranks may be gone, or be
         waiting for this one to exit (a parent that joins its rank), and a collective would wait forever."""
-        unattended = getattr(self, "_unattended", None)
-        if self._stopped_together(exception):
+        exception = ending.exception
+        if isinstance(exception, SystemExit) and ending.stopped_together:
             exception = None  # every rank left the loop at this step, and reaches finish() too
-        if exception is not None or unattended:
-            world = torch_integration.world_size()
-            if world < 2:
-                return summary
-            if exception is not None:
-                why = f"the run ended with {type(exception).__name__}"
-            else:
-                why = ("finish() was never called, and the doctor was finished "
-                       + ("at interpreter exit" if unattended == "exit" else
-                          "when it was garbage-collected" if unattended == "collected" else f"on {unattended}"))
-            note = (f"{why}: the summaries of the other {world - 1} rank(s) were not gathered (they may never "
-                    f"reach the collective), so this summary is rank {self.settings.rank}'s alone")
-            return dataclasses.replace(summary, notes=[*summary.notes, note])
-        own = self._own_file()
-        if own is not None and self._rank_file:  # completed before rank 0 lists it in the merged summary
-            self._guard.call("rank summary", self.write_summary, summary)  # never keeps a rank from gathering
+        if exception is not None or ending.unattended:
+            return _alone(summary, exception, ending)
+        own = self._own_file(ending.settings)
+        if own is not None and self.rank_file:  # completed before rank 0 lists it in the merged summary
+            ending.guard.call("rank summary", ending.write_summary, summary)  # never keeps a rank from gathering
         gathered = torch_integration.gather((summary.to_dict(), own))
-        self._gathered = gathered is not None
-        if gathered is None or self.settings.rank != 0:
+        self.gathered = gathered is not None
+        if gathered is None or ending.settings.rank != 0:
             return summary
         summaries = [Summary.from_dict(s) for s, _ in gathered]
         return ranks.merge(summaries, files={s.rank: file for s, (_, file) in zip(summaries, gathered)})
 
-    def _stopped_together(self, exception: BaseException | None) -> bool:
-        """Did the run end by the SystemExit of a stop the ranks agreed on (`leakdoctor run --on-limit stop`,
-        or a script's `if doctor.should_stop: sys.exit()`)? Every rank raised it at the same step, so every
-        rank reaches the gathering."""
-        return isinstance(exception, SystemExit) and self._shared and self.should_stop
-
-    def _own_file(self) -> str | None:
+    def _own_file(self, settings: Settings) -> str | None:
         """The file that holds this rank's own summary at the end of a run whose summaries are gathered:
         rank 0's summary path (the merged summary), another rank's file only if it wrote one while the
         run went (its final summary completes it before the gathering, so that a merged summary never lists
         a file still being written); None otherwise."""
-        path = self.settings.summary_path
-        if path is None or self._rank_file and not path.exists():
+        path = settings.summary_path
+        if path is None or self.rank_file and not path.exists():
             return None
         return str(path)
 
-    def _emit(self, summary: Summary) -> None:
+    def emits(self, summary: Summary, ending: Ending) -> bool:
         """As every doctor; but a rank > 0 whose summary rank 0 gathered writes its own file only to complete
         the one it wrote while the run went (heartbeat, oom_watermark): its findings are in rank 0's file.
         One whose summary was not gathered (an exception, an unattended finish) writes it: its post-mortem."""
-        path = self.settings.summary_path
-        if self._rank_file and self._gathered and path is not None and not path.exists():
-            return
-        super()._emit(summary)
+        path = ending.settings.summary_path
+        return not (self.rank_file and self.gathered and path is not None and not path.exists())
+
+
+def _alone(summary: Summary, exception: BaseException | None, ending: Ending) -> Summary:
+    """This rank's summary, not gathered: with a note that says why, when there are other ranks."""
+    world = torch_integration.world_size()
+    if world < 2:
+        return summary
+    unattended = ending.unattended
+    if exception is not None:
+        why = f"the run ended with {type(exception).__name__}"
+    else:
+        why = ("finish() was never called, and the doctor was finished "
+               + ("at interpreter exit" if unattended == "exit" else
+                  "when it was garbage-collected" if unattended == "collected" else f"on {unattended}"))
+    note = (f"{why}: the summaries of the other {world - 1} rank(s) were not gathered (they may never "
+            f"reach the collective), so this summary is rank {ending.settings.rank}'s alone")
+    return dataclasses.replace(summary, notes=[*summary.notes, note])
+
+
+__all__ = ["Gathering", "LeakDoctor", "torch_part"]

@@ -54,7 +54,7 @@ class Heartbeat:
     `heartbeat` seconds, and at once when the limit's figure (`limit.figure`: resident memory, or a cgroup's
     charge) passes `oom_watermark` of `limit`. Inert
     without a summary path (or with both options None). `build` gives the summary so far (a callable
-    that does not hold the doctor: see doctor._Late); `clock` is the clock the step path reads."""
+    that does not hold the doctor: the engine's, engine.py); `clock` is the clock the step path reads."""
 
     def __init__(self, settings: Settings, limit: Limit, monitor: Monitor, clinic: Clinic, guard: Guard,
                  build: Callable[[], Summary], clock: Callable[[], float] = time.perf_counter) -> None:

@@ -15,7 +15,8 @@ nothing is installed, and it stays ignored.
 
 A framework that owns SIGTERM itself is left to it: Lightning's SignalConnector turns SIGTERM into a
 SIGTERMException at the next step (and on SLURM requeues the job), which reaches the callback's
-on_exception. A doctor whose class sets `framework_handles_sigterm = True` installs nothing, is not
+on_exception. A doctor whose engine says `framework_handles_sigterm` (its framework part's `sigterm` is
+"framework", leakdoctor/framework.py) installs nothing, is not
 finished here, and while it lives the handler does not end the process itself.
 """
 
@@ -44,8 +45,8 @@ class SIGTERM(Exception):
 def register(obj: Any, finish: Callable[[BaseException], Any] | None = None, *, weak: bool = False,
              install: bool = True) -> None:
     """Until `unregister(obj)`, on SIGTERM call `finish(SIGTERM())` (default: obj.finish). `weak`: keep only
-    `finish` (which must not hold `obj`), not `obj` itself. The key is `obj._termination_key` when it has
-    one (a doctor's, shared by the stand-in that finishes its state once it was collected), else id(obj).
+    `finish` (which must not hold `obj`), not `obj` itself. The key is `obj.termination_key` when it has
+    one (a doctor's engine: its doctor's id, the doctor being the object users hold), else id(obj).
     `install=False`: called only if a doctor installs the handler (a clean-up, not a reason to install it)."""
     owned = _owned(obj)
     _live[_key(obj)] = (None if weak else obj, finish if finish is not None else obj.finish, owned)
@@ -58,7 +59,7 @@ def unregister(obj: Any) -> None:
 
 
 def _key(obj: Any) -> int:
-    key = getattr(obj, "_termination_key", None)
+    key = getattr(obj, "termination_key", None)
     return key if isinstance(key, int) else id(obj)
 
 
