@@ -22,7 +22,7 @@ import weakref
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
-from leakdoctor import __version__
+from leakdoctor import __version__, logs
 from leakdoctor.integrations import UNITS, Integration, MetricSpec, process, python
 from leakdoctor.judging import last_look
 from leakdoctor.judging.clinic import Clinic, Practice
@@ -506,8 +506,11 @@ class LeakDoctor:
             self._guard.call("plot", summary.plot, self.settings.plot_path)
         if self.settings.verbose and self.settings.rank == 0:
             print(summary.text(), file=sys.stderr)
+        if self.settings.rank == 0:
+            logs.verdict(summary)  # also to logging.getLogger("leakdoctor"), whatever `verbose` says
 
     def _say(self, message: str) -> None:
+        logs.alert(message, rank=self.settings.rank)  # an alert also goes to logging, on every rank
         if self.settings.verbose and self.settings.rank == 0:
             print(f"leakdoctor: {message}", file=sys.stderr)
 

@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
-from leakdoctor import doctor
+from leakdoctor import doctor, logs
 from leakdoctor import options as doctor_options
 from leakdoctor.integrations import Integration
 from leakdoctor.integrations import keras as keras_integration
@@ -206,7 +206,7 @@ class KerasDoctor(doctor.LeakDoctor):
             super()._emit(summary)
 
     def _say(self, message: str) -> None:
-        super()._say(f"{self.label}, {self._on_batches(message)}")
+        super()._say(logs.retell(message, f"{self.label}, {self._on_batches(message)}"))
 
     def _on_batches(self, message: str) -> str:
         """A live line on the run's one clock, training batches: 'step 64: ...' of a fit's doctor is its

@@ -8,6 +8,8 @@ import sys
 import warnings
 from typing import Any, Callable, TypeVar
 
+from leakdoctor import logs
+
 T = TypeVar("T")
 
 #: The guard's names for the engine itself (the step's work, concluding at finish(), building the summary),
@@ -46,7 +48,8 @@ class Guard:
             return
         self.off.add(part)
         self.errors.append({"part": part, "error": reason})
-        warn(f"leakdoctor: {part} failed ({reason}); switched off for the rest of the run", stacklevel=5)
+        warn(logs.Alert(f"leakdoctor: {part} failed ({reason}); switched off for the rest of the run", "error",
+                        part=part, error=reason), stacklevel=5)
 
     def failed_once(self, part: str, reason: str, then: str) -> None:
         """Report that `part` failed (`then`: what it does next), once a run, and leave it on: for a part
@@ -54,7 +57,8 @@ class Guard:
         if any(e["part"] == part for e in self.errors):
             return
         self.errors.append({"part": part, "error": reason})
-        warn(f"leakdoctor: {part} failed ({reason}); {then}", stacklevel=5)
+        warn(logs.Alert(f"leakdoctor: {part} failed ({reason}); {then}", "error", part=part, error=reason),
+             stacklevel=5)
 
 
 def warn(message: str, stacklevel: int = 2) -> None:
@@ -63,8 +67,10 @@ def warn(message: str, stacklevel: int = 2) -> None:
     user frame on the stack (another thread), `stacklevel` frames up, as warnings.warn counts. A warning
     filter that turns it into an exception (`-W error`, pytest's `filterwarnings = error`) must not carry
     it into the user's loop: the message goes to stderr instead, and what failed is already recorded (the
-    summary's errors)."""
+    summary's errors). An alert (logs.Alert) is logged too, on the "leakdoctor" logger."""
     from leakdoctor.integrations.source import user_frame
+
+    logs.alert(message)
 
     frame = user_frame(sys._getframe(1))
     try:
