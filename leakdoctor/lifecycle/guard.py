@@ -71,7 +71,7 @@ def warn(message: str, stacklevel: int = 2) -> None:
     from leakdoctor.integrations.source import user_frame
 
     logs.alert(message)
-
+    message = str(message)  # the warning holds the text, never the alert's finding (nor what that holds)
     frame = user_frame(sys._getframe(1))
     try:
         if frame is None:
