@@ -134,3 +134,50 @@ def test_logging_prints_nothing_where_no_logging_is_configured(tmp_path):
                             text=True, timeout=300)
     assert result.returncode == 0 and result.stdout.split() == ["leak"], result.stderr
     assert result.stderr == "", result.stderr
+
+
+def stopped_at_the_limit() -> dict:
+    """A plain loop keeping 2 MiB a step, with a real limit 300 MiB above its resident memory and
+    on_limit="stop" (run in a fresh process: what it keeps is its own); the records of the leakdoctor
+    logger (their fields) and the summary."""
+    import warnings
+
+    import numpy as np
+    import psutil
+
+    from leakdoctor import LeakDoctor
+
+    seen: list[dict] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append({name: getattr(record, name) for name in
+                         ("levelno", "event", "cause", "metric", "severity", "state", "step", "location")})
+
+    logger = logging.getLogger("leakdoctor")
+    logger.addHandler(Keep())
+    logger.setLevel(logging.INFO)
+    warnings.simplefilter("ignore")  # the LeakDoctorWarnings stay as they are; the records are read here
+    kept = []
+    limit = psutil.Process().memory_info().rss + 300 * 2**20
+    with LeakDoctor(memory_limit=limit, on_limit="stop", overhead=1.0, verbose=False) as doctor:
+        for _ in range(2000):
+            kept.append(np.ones(2**18))  # the leak: 2 MiB a step
+            doctor.step()
+            if doctor.should_stop:
+                break
+    summary = doctor.summary
+    return {"records": seen, "stopped": summary.stopped, "findings": [f.to_dict() for f in summary.findings]}
+
+
+def test_a_stop_before_the_memory_limit_is_logged_at_warning_with_the_leak():
+    from helpers import isolated
+
+    result = isolated(stopped_at_the_limit)
+    assert result["stopped"] is not None
+    limit = [r for r in result["records"] if r["event"] == "limit"]
+    assert limit and all(r["levelno"] == logging.WARNING and r["state"] == "leak" for r in limit), result["records"]
+    stop = limit[-1]
+    assert stop["step"] == result["stopped"]["step"]
+    (leak,) = [f for f in result["findings"] if f["state"] == "leak"]
+    assert (stop["cause"], stop["metric"], stop["location"]) == (leak["cause"], leak["metric"], leak["location"])
