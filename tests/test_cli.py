@@ -150,6 +150,8 @@ def test_a_misspelt_command_or_flag_elsewhere_gets_the_nearest():
     assert command.returncode == 2 and "did you mean report?" in command.stderr
     flag = leakdoctor("report", "--plto", "x.png", "s.json")
     assert flag.returncode == 2 and "did you mean --plot?" in flag.stderr
+    case = leakdoctor("demo", "--case", "torch_hooks")
+    assert case.returncode == 2 and "did you mean 'torch-hooks'?" in case.stderr
 
 
 # --- run without a script -------------------------------------------------------------------------------
