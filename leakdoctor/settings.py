@@ -1,7 +1,10 @@
 """The options of every doctor and callback, defined once (`OPTIONS`, at the end), and the validated
 `Settings` they make. Every bad value fails here, at construction, with a ValueError that names the value
 and what would have been valid, and a misspelt name with an UnknownOptionError that suggests the nearest
-one; nothing is validated later inside the user's loop. The README's "Options" table is `options_table()`."""
+one; nothing is validated later inside the user's loop. Everything else about the options is derived from
+`OPTIONS`: the README's "Options" table (`options_table()`), the types of `Settings` and of the keyword
+arguments (`types_source()`, leakdoctor/_option_types.py), the doctors' docstrings (`documented`), the
+flags of `leakdoctor run` (runner/command.py) and what the pytest plugin accepts."""
 
 from __future__ import annotations
 
@@ -283,7 +286,7 @@ class Option:
     meaning: str
     valid: str
     check: Callable[[str, Any], Any]
-    accepts: str = "Any"
+    accepts: str
     holds: str = ""
     flags: tuple[str, ...] = ()
     metavar: str = "VALUE"
