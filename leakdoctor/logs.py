@@ -24,10 +24,11 @@ Imports nothing of leakdoctor (the guard, at the bottom of the house, logs throu
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
-__all__ = ["LOGGER", "EVENTS", "Alert", "alert", "retell", "verdict"]
+__all__ = ["LOGGER", "EVENTS", "Alert", "alert", "retell", "verdict", "quiet"]
 
 LOGGER = logging.getLogger("leakdoctor")
 LOGGER.addHandler(logging.NullHandler())
@@ -111,6 +112,22 @@ def _of(finding: Any) -> dict[str, Any]:
             "location": finding.location, "step": finding.detected_step}
 
 
+#: How many `quiet()` blocks are open: nothing is logged while one is.
+_quiet = 0
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Log nothing inside: for a caller that says itself what the doctor found (the pytest plugin's leak
+    check, whose failure carries the summary and whose pass is silent)."""
+    global _quiet
+    _quiet += 1
+    try:
+        yield
+    finally:
+        _quiet -= 1
+
+
 def _log(level: int, text: str, **values: Any) -> None:
-    if LOGGER.isEnabledFor(level):
+    if not _quiet and LOGGER.isEnabledFor(level):
         LOGGER.log(level, "%s", text, extra={name: values.get(name) for name in FIELDS})

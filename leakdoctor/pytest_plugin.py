@@ -56,6 +56,7 @@ from typing import Any, Callable
 
 import pytest
 
+from leakdoctor import logs
 from leakdoctor.lifecycle.guard import LeakDoctorWarning
 from leakdoctor.reporting.schema import MAJOR, MINOR, SEVERITIES
 from leakdoctor.reporting.summary import Finding, Summary, format_value
@@ -110,7 +111,7 @@ def check_for_leaks(step: Callable[[], object], steps: int = DEFAULT_STEPS,
     if started:
         tracemalloc.start(FRAMES)
     try:
-        with warnings.catch_warnings(record=True) as heard:
+        with warnings.catch_warnings(record=True) as heard, logs.quiet():  # the check says what matters itself
             warnings.simplefilter("always", LeakDoctorWarning)  # held back: said below only if it matters
             kept = Kept()
             # What earlier tests (or a failure's traceback) left for the collector goes now, before the
