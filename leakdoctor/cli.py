@@ -1,45 +1,112 @@
-"""Command line: `leakdoctor demo [--case NAME]`, `leakdoctor report leaks.json [--plot out.png] [--html
-out.html]` and `leakdoctor run [options] script.py [args...]` (also `python -m leakdoctor ...`).
-`report` exits 0 when the summary's verdict is "clean" or "remedied", 1 when it is "leak", so a CI job can
-gate on it, 2 when the file is not a readable summary (a one-line error), so a corrupt file is not taken
-for a leak, and 3 when it is "unwatched" (too few steps seen to judge: not a pass); with
---fail-on-leak=minor, a minor finding exits 1 too. A summary written while its run went on (`"complete":
-false`, what a run killed by SIGKILL leaves) is printed with a first line saying that the run did not
-finish and when the summary was last written; it exits by its verdict so far. `run` exits with the
-script's status (or 1 for a leak with --fail-on-leak, and for a minor finding too with
---fail-on-leak=minor)."""
+"""Command line: `leakdoctor demo`, `leakdoctor report leaks.json [--plot out.png] [--html out.html]` and
+`leakdoctor run [options] script.py [args...]` (also `python -m leakdoctor ...`); `leakdoctor --version`.
+Each command's `--help` says its exit statuses (REPORT_STATUS, RUN_STATUS); the top-level help shows
+examples (EXAMPLES). A misspelt command or flag is refused with the nearest valid one, as the Python API
+refuses a misspelt option."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import sys
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
+from leakdoctor.base.version import __version__
+from leakdoctor.base.schema import MAJOR, SEVERITIES
 from leakdoctor.runner import command as run_command
 
+DESCRIPTION = ("Find memory leaks in training runs: tell a real leak from warm-up, caches and spikes, name its "
+               "cause and place, and remedy it when allowed.")
+EXAMPLES = """examples:
+  leakdoctor demo                                  a training loop with a planted leak, found and fixed
+  leakdoctor run train.py --epochs 3               run a script unedited with a doctor at its training step
+  leakdoctor run --remedies safe --summary leaks.json --plot leaks.png train.py
+  leakdoctor run --window 12 --memory-limit 8GiB train.py    any option of the doctor is a flag
+  leakdoctor run --fail-on-leak train.py           exit 1 when the run leaks (a CI gate)
+  leakdoctor report leaks.json --plot leaks.png    print (and plot) a saved summary
+  leakdoctor run -h                                every flag of run, with its default
 
-def main(argv: Sequence[str] | None = None) -> Any:
-    parser = argparse.ArgumentParser(prog="leakdoctor", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+docs: docs/cli.md (this command line), docs/logging.md (alerts through Python logging)"""
+REPORT_STATUS = """exit status: 0 when the verdict is clean or remedied, 1 when it is leak (with --fail-on-leak=minor,
+also on a minor finding), 2 when the file is not a readable summary, 3 when the run was unwatched (too few
+steps seen to judge: not a pass). A summary its run left unfinished ("complete": false, what a SIGKILL leaves)
+is printed with a first line saying so, and exits by its verdict so far."""
+RUN_STATUS = """exit status: the script's own; 1 for a leak with --fail-on-leak (for a minor finding too with
+--fail-on-leak=minor) when the script succeeded; 2 for a bad option, before the script runs."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with the nearest valid word in its errors: `leakdoctor reprot` (did you mean 'report'?),
+    `leakdoctor report --plto x.png` (did you mean --plot?)."""
+
+    def error(self, message: str) -> NoReturn:
+        return super().error(message + _nearest(self, message))
+
+
+def _nearest(parser: argparse.ArgumentParser, message: str) -> str:
+    """'; did you mean ...?' for the word argparse refused in `message`, when one is close."""
+    choice = re.match(r"argument \S+: invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if choice:
+        word, valid = choice.group(1), re.findall(r"'([^']*)'", choice.group(2))
+    else:
+        unknown = re.match(r"unrecognized arguments: (\S+)", message)
+        if not unknown:
+            return ""
+        word, valid = unknown.group(1).split("=", 1)[0], _flags(parser)
+    close = difflib.get_close_matches(word, valid, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _flags(parser: argparse.ArgumentParser) -> list[str]:
+    """Every flag of `parser` and of its subcommands."""
+    found = []
+    for action in parser._actions:
+        found += [flag for flag in action.option_strings if flag.startswith("--")]
+        for sub in (getattr(action, "choices", None) or {}).values() if isinstance(action, argparse._SubParsersAction) else ():
+            found += _flags(sub)
+    return found
+
+
+def make_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The command line's parser, and its `run` subcommand's."""
+    parser = Parser(prog="leakdoctor", description=DESCRIPTION, epilog=EXAMPLES,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"leakdoctor {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{demo,report,run}")
     demo = commands.add_parser("demo", help="run a training loop with a planted leak and fix it")
     demo.add_argument("--case", help="which demo (default: the first whose framework is installed)")
     demo.add_argument("--steps", type=int, help="training steps (default: the case's own)")
     demo.add_argument("--out", default=".", help="folder for leakdoctor-demo.json and .png")
     demo.add_argument("--list", action="store_true", help="list the demo cases and exit")
-    report = commands.add_parser("report", help="print a saved summary (and plot it)")
+    report = commands.add_parser("report", help="print a saved summary (and plot it)", epilog=REPORT_STATUS,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     report.add_argument("summary", help="a summary JSON written by leakdoctor")
     report.add_argument("--plot", help="write a PNG of the series here")
     report.add_argument("--html", metavar="PATH", help="write the report as one self-contained HTML page here")
-    report.add_argument("--fail-on-leak", nargs="?", const="major", default="major", choices=("major", "minor"),
+    report.add_argument("--fail-on-leak", nargs="?", const=MAJOR, default=MAJOR, choices=SEVERITIES,
                         metavar="=minor", help="--fail-on-leak=minor: exit 1 on a minor finding too")
-    run_command.configure(commands.add_parser("run", help="run a script unedited with a doctor at its training step"))
+    run = run_command.configure(commands.add_parser(
+        "run", help="run a script unedited with a doctor at its training step", epilog=RUN_STATUS,
+        usage="leakdoctor run [options] script.py [args...]", allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter))
+    return parser, run
+
+
+def main(argv: Sequence[str] | None = None) -> Any:
+    parser, run = make_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     script_args: list[str] = []
     if argv[:1] == ["run"]:  # everything after the script is the script's own
         argv, script_args = run_command.split(argv)
-        hint = run_command.level_as_script(argv)
+        hint = run_command.unknown_flag(argv) or run_command.level_as_script(argv)
         if hint is not None:
             print(f"leakdoctor run: {hint}", file=sys.stderr)
+            return 2
+        if not run_command.has_script(argv):
+            run.print_usage(sys.stderr)
+            print("leakdoctor run: a script to run is needed: leakdoctor run [options] script.py [args...] "
+                  "(leakdoctor run -h lists the options)", file=sys.stderr)
             return 2
     argv = run_command.valued(argv)  # `--fail-on-leak x`: x is the script (or the summary), never the level
     args = parser.parse_args(argv)

@@ -17,6 +17,7 @@ from pathlib import Path
 from leakdoctor.engine import Engine
 from leakdoctor.framework import Ending
 from leakdoctor.judging import last_look
+from leakdoctor.base import logs
 from leakdoctor.base.guard import Guard
 from leakdoctor.lifecycle import oom, stopping, termination
 from leakdoctor.reporting import exporter
@@ -127,6 +128,8 @@ def _emit(engine: Engine, summary: Summary) -> None:
         engine.guard.call("html", summary.write_html, settings.html_path)
     if settings.verbose and settings.rank == 0:
         print(summary.text(), file=sys.stderr)
+    if settings.rank == 0:
+        logs.verdict(summary)  # also to logging.getLogger("leakdoctor"), whatever `verbose` says
 
 
 def _plot_written(engine: Engine) -> Path | None:

@@ -36,7 +36,9 @@ def run(case: str | None = None, steps: int | None = None, out: str | Path = "."
             raise RuntimeError("no demo case can run here: install numpy or a framework extra")
         case = names[0]
     if case not in CASES:
-        raise ValueError(f"unknown demo case {case!r}: choose from {list(CASES)}")
+        from leakdoctor.settings import did_you_mean
+
+        raise ValueError(f"unknown demo case {case!r}: choose from {list(CASES)}" + did_you_mean(case, CASES))
     if case not in names:
         raise RuntimeError(f"demo case {case!r} needs {CASES[case][1]!r}: install leakdoctor's matching extra")
     out = Path(out)

@@ -23,6 +23,7 @@ import weakref
 from functools import partial
 from typing import Any, Mapping, Sequence
 
+from leakdoctor.base import logs
 from leakdoctor.base.guard import Guard
 from leakdoctor.base.integration import Integration
 from leakdoctor.base.metric import MetricSpec
@@ -216,9 +217,12 @@ class Engine:
     # --- what the parts call back -------------------------------------------------------------------
 
     def say(self, message: str) -> None:
-        """A live message (the clinic's, the limit watch's), printed on rank 0 when `verbose`."""
+        """A live message (the clinic's, the limit watch's), in the framework's words: printed on rank 0
+        when `verbose`; an alert (logs.Alert) also goes to logging, on every rank."""
+        message = self.part.words(message)
+        logs.alert(message, rank=self.settings.rank)
         if self.settings.verbose and self.settings.rank == 0:
-            print(f"leakdoctor: {self.part.words(message)}", file=sys.stderr)
+            print(f"leakdoctor: {message}", file=sys.stderr)
 
     def limit_of(self, metric: str) -> dict[str, Any] | None:
         """The summary's `memory_limit` entry for a metric: which limit it was held to, and why."""

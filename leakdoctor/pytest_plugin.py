@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import inspect
 import math
 import sys
 import tracemalloc
@@ -55,8 +56,10 @@ from typing import Any, Callable
 
 import pytest
 
+from leakdoctor.base import logs
 from leakdoctor.base.findings import Finding
 from leakdoctor.base.guard import LeakDoctorWarning
+from leakdoctor.base.schema import MAJOR, MINOR, SEVERITIES
 from leakdoctor.base.units import format_value
 from leakdoctor.reporting.summary import Summary
 
@@ -75,10 +78,14 @@ RUN = 3
 NOISE_BYTES_PER_STEP = 16
 #: Extra steps run after a failure, between two tracemalloc snapshots, to name the line that keeps memory.
 LOCATE_STEPS = 30
+#: The check's own defaults for options of the doctor (leakdoctor.settings.OPTIONS; the module's docstring
+#: says why); any of them, and any other option, may be given to the check. Checked against the options'
+#: definition by tests/test_options.py: a renamed option cannot leave a stale default here.
+DOCTOR_DEFAULTS: dict[str, Any] = {"verbose": False, "overhead": 1.0, "horizon": HORIZON, "sampler": "inline"}
 
 
 def check_for_leaks(step: Callable[[], object], steps: int = DEFAULT_STEPS,
-                    max_bytes_per_step: float = DEFAULT_MAX_BYTES_PER_STEP, fail_on: str = "major",
+                    max_bytes_per_step: float = DEFAULT_MAX_BYTES_PER_STEP, fail_on: str = MAJOR,
                     **doctor_args: Any) -> Summary:
     """Run `step` `steps` times under a LeakDoctor; fail the current test if it leaks: what the step keeps
     alive grows by more than `max_bytes_per_step` a step, or the doctor finds a leak (not remedied).
@@ -90,9 +97,9 @@ def check_for_leaks(step: Callable[[], object], steps: int = DEFAULT_STEPS,
     from leakdoctor.runner.in_process import FirstStep, make_doctor
     from leakdoctor.settings import NAMES, Settings, reject_unknown
 
-    reject_unknown("leak check", doctor_args, {*NAMES, *ENGINE_ONLY, "steps", "max_bytes_per_step", "fail_on"})
-    if fail_on not in ("major", "minor"):
-        raise ValueError(f"leak check: fail_on={fail_on!r}, expected 'major' or 'minor'")
+    reject_unknown("leak check", doctor_args, {*NAMES, *ENGINE_ONLY, *OWN})
+    if fail_on not in SEVERITIES:
+        raise ValueError(f"leak check: fail_on={fail_on!r}, expected one of {SEVERITIES}")
 
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"leak check: steps={steps!r}, expected a positive int")
@@ -100,13 +107,13 @@ def check_for_leaks(step: Callable[[], object], steps: int = DEFAULT_STEPS,
             or not 0 <= max_bytes_per_step < math.inf:
         raise ValueError(f"leak check: max_bytes_per_step={max_bytes_per_step!r}, expected bytes >= 0, "
                          f"e.g. {DEFAULT_MAX_BYTES_PER_STEP}")
-    doctor_args = {"verbose": False, "overhead": 1.0, "horizon": HORIZON, "sampler": "inline", **doctor_args}
+    doctor_args = {**DOCTOR_DEFAULTS, **doctor_args}
     Settings.create(**{k: v for k, v in doctor_args.items() if k not in ENGINE_ONLY})  # bad values fail before a step
     started = not tracemalloc.is_tracing()
     if started:
         tracemalloc.start(FRAMES)
     try:
-        with warnings.catch_warnings(record=True) as heard:
+        with warnings.catch_warnings(record=True) as heard, logs.quiet():  # the check says what matters itself
             warnings.simplefilter("always", LeakDoctorWarning)  # held back: said below only if it matters
             kept = Kept()
             # What earlier tests (or a failure's traceback) left for the collector goes now, before the
@@ -141,7 +148,7 @@ def check_for_leaks(step: Callable[[], object], steps: int = DEFAULT_STEPS,
         leaks += found
         if doctor.settings.summary_path is not None:  # the doctor wrote its own; this one holds what was kept
             summary.write(doctor.settings.summary_path)
-    if fail_on == "minor":
+    if fail_on == MINOR:
         leaks += summary.unremedied_minor
     _say_again(heard, failing=bool(leaks))
     if leaks:
@@ -149,6 +156,11 @@ def check_for_leaks(step: Callable[[], object], steps: int = DEFAULT_STEPS,
         pytest.fail(f"the step leaks memory: {rates}; max_bytes_per_step={max_bytes_per_step:g}\n{summary.text()}",
                     pytrace=False)
     return summary
+
+
+#: The check's own keyword arguments (beside the doctor's options), from its signature.
+OWN = tuple(name for name, p in inspect.signature(check_for_leaks).parameters.items()
+            if p.kind is p.POSITIONAL_OR_KEYWORD and name != "step")
 
 
 #: The start of a LeakDoctorWarning about the memory limit (leakdoctor.lifecycle.stopping): under the check's horizon
@@ -348,8 +360,10 @@ def locate(step: Callable[[], object]) -> str | None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "leakcheck(steps=300, max_bytes_per_step=4096, fail_on='major', **doctor_args): run the test body `steps` "
-        "times under leakdoctor and fail if it leaks (fail_on='minor': also on minor findings)",
+        f"leakcheck(steps={DEFAULT_STEPS}, max_bytes_per_step={DEFAULT_MAX_BYTES_PER_STEP}, fail_on={MAJOR!r}, "
+        f"**doctor_args): run the test body `steps` times under leakdoctor and fail if it leaks "
+        f"(fail_on={MINOR!r}: also on minor findings; doctor_args: any option of leakdoctor.settings.OPTIONS, "
+        f"defaults {DOCTOR_DEFAULTS} for the check)",
     )
 
 

@@ -243,3 +243,53 @@ def test_leakdoctor_run_hands_on_limit_to_the_doctor():
 
     assert Session({"remedies": "off"}, "stop").doctor_options() == {"remedies": "off", "on_limit": "stop"}
     assert Session({"remedies": "off"}, None).doctor_options() == {"remedies": "off"}
+
+
+# --- one option list: everything else derived (issue #39) -------------------------------------------------
+
+def test_the_checked_in_option_types_are_the_ones_derived_from_the_definition():
+    """Type checkers read no class built at run time, so DoctorOptions and Settings' fields are generated
+    source (leakdoctor/_option_types.py); this keeps them what OPTIONS says."""
+    from leakdoctor.settings import TYPES_MODULE, types_source
+
+    assert TYPES_MODULE.read_text() == types_source(), "regenerate: python -m leakdoctor.settings"
+    typed = {name: getattr(kind, "__forward_arg__", kind) for name, kind in DoctorOptions.__annotations__.items()}
+    assert typed == {o.name: o.accepts for o in OPTIONS}
+    held = {f.name: f.type for f in dataclasses.fields(Settings)}
+    assert held == {o.name: o.held for o in OPTIONS}
+
+
+def test_the_pytest_plugins_defaults_are_valid_options_and_its_own_arguments_its_signatures():
+    from leakdoctor.pytest_plugin import DOCTOR_DEFAULTS, OWN
+
+    assert set(DOCTOR_DEFAULTS) <= NAMES
+    settings = Settings.create(**DOCTOR_DEFAULTS)
+    assert all(getattr(settings, name) == value for name, value in DOCTOR_DEFAULTS.items())
+    assert OWN == ("steps", "max_bytes_per_step", "fail_on") and not NAMES & set(OWN)
+
+
+def test_the_severities_are_written_in_one_place():
+    """No module restates the severities as a tuple or a set of literals: they are schema.SEVERITIES."""
+    import ast
+
+    from leakdoctor.reporting.schema import SEVERITIES
+
+    package = Path(__file__).resolve().parent.parent / "leakdoctor"
+    restated = []
+    for path in package.rglob("*.py"):
+        if re.search(r"^SEVERITIES = ", path.read_text(), re.M):
+            continue  # the one place (reporting/schema.py)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and \
+                    {e.value for e in node.elts if isinstance(e, ast.Constant)} >= set(SEVERITIES):
+                restated.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert restated == [], restated
+
+
+@pytest.mark.parametrize(("options", "hint"), [({"sampler": "thraed"}, "did you mean 'thread'?"),
+                                               ({"on_limit": "stpo"}, "did you mean 'stop'?"),
+                                               ({"remedies": "safee"}, "did you mean 'safe'?"),
+                                               ({"remedies": ["gc_colect"]}, "did you mean 'gc_collect'?")])
+def test_a_misspelt_value_of_fixed_choices_is_answered_with_the_nearest(options, hint):
+    with pytest.raises(ValueError, match=re.escape(hint)):
+        Settings.create(**options)

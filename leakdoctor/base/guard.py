@@ -8,6 +8,8 @@ import sys
 import warnings
 from typing import Any, Callable, TypeVar
 
+from leakdoctor.base import logs
+
 __all__ = ["ENGINE", "LeakDoctorWarning", "Guard", "warn"]
 
 T = TypeVar("T")
@@ -48,7 +50,8 @@ class Guard:
             return
         self.off.add(part)
         self.errors.append({"part": part, "error": reason})
-        warn(f"leakdoctor: {part} failed ({reason}); switched off for the rest of the run", stacklevel=5)
+        warn(logs.Alert(f"leakdoctor: {part} failed ({reason}); switched off for the rest of the run", "error",
+                        part=part, error=reason), stacklevel=5)
 
     def failed_once(self, part: str, reason: str, then: str) -> None:
         """Report that `part` failed (`then`: what it does next), once a run, and leave it on: for a part
@@ -56,7 +59,8 @@ class Guard:
         if any(e["part"] == part for e in self.errors):
             return
         self.errors.append({"part": part, "error": reason})
-        warn(f"leakdoctor: {part} failed ({reason}); {then}", stacklevel=5)
+        warn(logs.Alert(f"leakdoctor: {part} failed ({reason}); {then}", "error", part=part, error=reason),
+             stacklevel=5)
 
 
 def warn(message: str, stacklevel: int = 2) -> None:
@@ -65,9 +69,11 @@ def warn(message: str, stacklevel: int = 2) -> None:
     user frame on the stack (another thread), `stacklevel` frames up, as warnings.warn counts. A warning
     filter that turns it into an exception (`-W error`, pytest's `filterwarnings = error`) must not carry
     it into the user's loop: the message goes to stderr instead, and what failed is already recorded (the
-    summary's errors)."""
+    summary's errors). An alert (logs.Alert) is logged too, on the "leakdoctor" logger."""
     from leakdoctor.base.source import user_frame
 
+    logs.alert(message)
+    message = str(message)  # the warning holds the text, never the alert's finding (nor what that holds)
     frame = user_frame(sys._getframe(1))
     try:
         if frame is None:

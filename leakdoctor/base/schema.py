@@ -4,7 +4,7 @@ the causes a finding may name, its states and severities."""
 
 from __future__ import annotations
 
-__all__ = ["SCHEMA", "CAUSES", "STATES", "SEVERITIES"]
+__all__ = ["SCHEMA", "CAUSES", "STATES", "SEVERITIES", "MAJOR", "MINOR"]
 
 SCHEMA = "leakdoctor.summary/1"
 
@@ -26,5 +26,7 @@ CAUSES: dict[str, str] = {
 #: slow to matter over the horizon: listed, the verdict stays clean); benign (not a leak: an allocator
 #: cache); withdrawn (a live alert that the end of the run did not bear out, with its `reason`).
 STATES = ("leak", "remedied", "minor", "benign", "withdrawn")
-#: major: material over the horizon (the verdict is leak); minor: not.
-SEVERITIES = ("major", "minor")
+#: major: material over the horizon (the verdict is leak); minor: not. The one place the severities are
+#: written: the summary's findings, `--fail-on-leak[=minor]` and the pytest plugin's `fail_on` use these.
+MAJOR, MINOR = "major", "minor"
+SEVERITIES = (MAJOR, MINOR)

@@ -70,6 +70,7 @@ import numpy as np
 
 from leakdoctor import doctor
 from leakdoctor import options as doctor_options
+from leakdoctor.base import logs
 from leakdoctor.base.findings import Finding, SeriesSummary
 from leakdoctor.base.guard import Guard
 from leakdoctor.base.trend import theil_sen
@@ -219,16 +220,20 @@ class _Clock:
     def words(self, message: str) -> str:
         """A live line on the run's one clock, training batches: 'step 64: ...' of a fit's doctor is its
         batch plus the batches before its fit; of the across-calls doctor, the batches at the end of that
-        call, with the call marked ('step 480 (call 3): ...'). A run that trained no batch counts calls."""
+        call, with the call marked ('step 480 (call 3): ...'). A run that trained no batch counts calls.
+        An alert stays one (logs.retell), in these words."""
+        return logs.retell(message, f"{self.label}, {self._on_batches(message)}")
+
+    def _on_batches(self, message: str) -> str:
         head, colon, rest = message.partition(": ")
         number = head.removeprefix("step ")
         if not colon or not head.startswith("step ") or not number.isdigit():
-            return f"{self.label}, {message}"
+            return message
         if self.record is None:
-            return f"{self.label}, step {self.offset + int(number)}: {rest}"
+            return f"step {self.offset + int(number)}: {rest}"
         if not self.record.batches:
-            return f"{self.label}, {message}"
-        return f"{self.label}, step {self.record.at(int(number))} (call {number}): {rest}"
+            return message
+        return f"step {self.record.at(int(number))} (call {number}): {rest}"
 
 
 #: The overhead parts that add up across the doctors of a run's calls and fits.

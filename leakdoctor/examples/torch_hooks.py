@@ -21,7 +21,7 @@ def train(steps: int = 400, **doctor_args: Any):
     latest: dict[str, float] = {}
     with LeakDoctor(model=model, optimizer=optimizer, remedies="all", **doctor_args) as doctor:
         for _ in range(steps):
-            model[1].register_forward_hook(lambda module, args, out: latest.update(mean=float(out.mean())))  # never removed
+            model[1].register_forward_hook(lambda module, args, out: latest.update(mean=float(out.detach().mean())))  # never removed
             optimizer.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(x), y)
             loss.backward()

@@ -30,6 +30,7 @@ from leakdoctor.judging.sites import allocation_sites
 from leakdoctor.judging.stopped import stopped
 from leakdoctor.judging.suspicion import Suspicion
 from leakdoctor.judging.triage import Triage, corroborators
+from leakdoctor.base.logs import Alert
 from leakdoctor.reading.monitor import Monitor
 from leakdoctor.remedies.base import Remedy, RemedyContext
 from leakdoctor.settings import Settings
@@ -369,9 +370,9 @@ class Clinic:
                 finding.explains = tuple(dict.fromkeys([*finding.explains, *found.explains]))
                 return finding
         self.findings.append(found)
-        self.say(f"step {self._step}: suspected {'benign ' if found.benign else ''}{found.cause} on {found.metric} "
-                 f"({format_value(found.rate_per_step, found.unit)}/step)"
-                 + (f" at {found.location}" if found.location else ""))
+        self.say(Alert(f"step {self._step}: suspected {'benign ' if found.benign else ''}{found.cause} on "
+                       f"{found.metric} ({format_value(found.rate_per_step, found.unit)}/step)"
+                       + (f" at {found.location}" if found.location else ""), "suspected", found, step=self._step))
         return found
 
     # --- treat and verify -------------------------------------------------------------------------
@@ -400,7 +401,8 @@ class Clinic:
             finding.remedy = RemedyOutcome(name, self._step, detail=detail or "")
             self.treatments.append(Treatment(remedy, finding, self._step))
             self.monitor.busy(finding.explains)
-            self.say(f"step {self._step}: applied {name} for {finding.cause}" + (f": {detail}" if detail else ""))
+            self.say(Alert(f"step {self._step}: applied {name} for {finding.cause}" + (f": {detail}" if detail else ""),
+                           "remedy_applied", finding, step=self._step, remedy=name))
             return True
         return False
 
@@ -435,8 +437,10 @@ class Clinic:
         treatment.verified = True
         after_text = f"{format_value(outcome.rate_after, finding.unit)}/step after" if counted else \
             "the count goes on, what it holds is freed"
-        self.say(f"step {self._step}: {remedy.name} {'worked' if worked else 'did NOT work'} on {finding.cause} "
-                 f"({format_value(finding.rate_per_step, finding.unit)}/step before, {after_text})")
+        self.say(Alert(f"step {self._step}: {remedy.name} {'worked' if worked else 'did NOT work'} on "
+                       f"{finding.cause} ({format_value(finding.rate_per_step, finding.unit)}/step before, {after_text})",
+                       "remedy_worked" if worked else "remedy_failed", finding, step=self._step, remedy=remedy.name,
+                       state="remedied" if worked else "suspected"))
         if worked:
             self.monitor.watch(finding.explains, since=self._step)
             return

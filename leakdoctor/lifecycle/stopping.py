@@ -42,6 +42,7 @@ from leakdoctor.base.guard import Guard, warn
 from leakdoctor.base.trend import is_material
 from leakdoctor.base.units import format_value
 from leakdoctor.judging.stopped import stopped
+from leakdoctor.base.logs import Alert, retell
 from leakdoctor.reading.monitor import Monitor
 from leakdoctor.reporting import report
 from leakdoctor.settings import Settings
@@ -99,7 +100,7 @@ class LimitWatch:
             self._warned_left = left
             advice = ("on_limit='stop' will end the run before then" if self.settings.on_limit == "stop" else
                       "on_limit='stop' would end the run with a checkpoint before then")
-            warn(f"{self.describe(threat, step)}; {advice}")
+            warn(Alert(f"{self.describe(threat, step)}; {advice}", "limit", threat.finding, step=step, state="leak"))
             return
 
     def margin(self, step: int, gap: int) -> int:
@@ -142,14 +143,15 @@ class LimitWatch:
         return is_material(spec.unit, projection.rate, projection.level, self.settings.horizon, projection.limit)
 
     def _act(self, threat: report.Projection, step: int, margin: int, summary: Callable[[], Any]) -> None:
-        reason = f"{self.describe(threat, step)}, within the margin of {margin} steps"
+        reason = Alert(f"{self.describe(threat, step)}, within the margin of {margin} steps", "limit", threat.finding,
+                       step=step, state="leak")
         action = self.settings.on_limit
         if action == "warn":
-            warn(f"{reason}; on_limit='stop' would end the run with a checkpoint now")
+            warn(retell(reason, f"{reason}; on_limit='stop' would end the run with a checkpoint now"))
         elif action == "stop":
             self._stop(reason, step)
         else:
-            self.say(f"{reason.removeprefix('leakdoctor: ')}: calling on_limit")
+            self.say(retell(reason, f"{reason.removeprefix('leakdoctor: ')}: calling on_limit"))
             self.guard.call("on_limit", action, summary())
 
     def _stop(self, reason: str, step: int) -> None:
@@ -157,7 +159,8 @@ class LimitWatch:
         checkpoint = self._checkpoint()
         self.stopped = {"step": step, "reason": reason.removeprefix("leakdoctor: "), "checkpoint": checkpoint}
         self.should_stop = True
-        warn(f"{reason}: stopping the run at step {step}" + (f"; checkpoint: {checkpoint}" if checkpoint else ""))
+        warn(retell(reason, f"{reason}: stopping the run at step {step}"
+                    + (f"; checkpoint: {checkpoint}" if checkpoint else "")))
 
     def _checkpoint(self) -> str | None:
         """Call `checkpoint=` (guarded); what the summary records of it."""
@@ -206,7 +209,7 @@ class SharedLimitWatch(LimitWatch):
 
     def _stop(self, reason: str, step: int) -> None:
         self.asked = {"rank": self.rank, "step": step, "reason": reason.removeprefix("leakdoctor: ")}
-        warn(f"{reason}: asking every rank to stop (the ranks agree again within {self.every} steps)")
+        warn(retell(reason, f"{reason}: asking every rank to stop (the ranks agree again within {self.every} steps)"))
 
     def due(self) -> bool:
         """Count a step; True at the steps where the ranks agree (until they stopped)."""
@@ -245,8 +248,8 @@ class SharedLimitWatch(LimitWatch):
         checkpoint = self._checkpoint() if self.checkpoint_here else None
         self.stopped = {"step": step, "reason": reason, "checkpoint": checkpoint}
         self._acted = self.should_stop = True
-        warn(f"leakdoctor: {reason}: every rank stops at step {step}"
-             + (f"; checkpoint: {checkpoint}" if checkpoint else ""))
+        warn(Alert(f"leakdoctor: {reason}: every rank stops at step {step}"
+                   + (f"; checkpoint: {checkpoint}" if checkpoint else ""), "limit", step=step, state="leak"))
 
 
 #: The windows (in verify_windows) read after detection that confirm a finding: those judging/stopped.py needs

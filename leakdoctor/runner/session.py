@@ -188,6 +188,10 @@ class Session:
                 print(f"leakdoctor run: could not write the HTML report to {page}: {err}", file=sys.stderr)
         if self.options.get("verbose", True) and rank == 0:
             print(summary.text(), file=sys.stderr)
+        if rank == 0 and self.kind is None:  # no doctor logged it (no step seen, or only the children's)
+            from leakdoctor.base import logs
+
+            logs.verdict(summary)
 
     def finish(self, exception: BaseException | None = None, reason: str | None = None,
                emit: bool = True, spawned: Mapping[str, int] | None = None) -> Any | None:
