@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 from leakdoctor.base.findings import Finding
 from leakdoctor.base.guard import Guard
 from leakdoctor.base.integration import Integration
+from leakdoctor.base.messages import msg, unique
 from leakdoctor.base.metric import UNITS, MetricSpec
 from leakdoctor.base.version import __version__
 from leakdoctor.integrations import limits, process, python
@@ -324,10 +325,9 @@ class LeakDoctor:
         if self._child_exit is not None:
             self._child_exit.cancel()
         if self._unattended == "collected":
-            self._clinic.notes.append(f"finish() was never called: the doctor was finished when it was "
-                                      f"garbage-collected, at step {self._step}")
+            self._clinic.notes.append(msg("collected", step=self._step))
         if exception is not None:
-            self._clinic.notes.append(f"the run ended with {type(exception).__name__} at step {self._step}")
+            self._clinic.notes.append(msg("ended", error=type(exception).__name__, step=self._step))
         self._sampler.account_user_time(self._step, time.perf_counter())
         self._idle = False
         self._sampler.stop_thread()
@@ -455,7 +455,7 @@ class LeakDoctor:
             findings=findings,
             projected_limit_step=first.step if first else None,
             overhead=self._overhead(),
-            notes=list(dict.fromkeys(self._clinic.notes + report.skipped_notes(self._monitor))),
+            notes=unique(self._clinic.notes + report.skipped_notes(self._monitor)),
             errors=list(self._guard.errors),
             rank=self.settings.rank,
             version=__version__,

@@ -1,5 +1,5 @@
-"""The end-of-run report: findings, series, verdict; rendered as JSON (schema leakdoctor.summary/1, whose
-names are base/schema.py's), as a text table, and (with the [plot] extra) as a PNG (plot.py). Read back from a
+"""The end-of-run report: findings, series, verdict; rendered as JSON (schema leakdoctor.summary/2, whose
+names are base/schema.py's; /1 is still read), as a text table, and (with the [plot] extra) as a PNG (plot.py). Read back from a
 file with Summary.load, which loading.py checks first. A Summary is made of the ground floor's Finding,
 RemedyOutcome and SeriesSummary (leakdoctor/base/findings.py), which this module also exports."""
 
@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from leakdoctor.base.findings import Finding, RemedyOutcome, SeriesSummary, known_fields, proving
-from leakdoctor.base.schema import SCHEMA, STATES
+from leakdoctor.base.messages import Record, legacy, render
+from leakdoctor.base.schema import OLD_SCHEMAS, SCHEMA, STATES
 from leakdoctor.base.units import format_value
 from leakdoctor.reporting.loading import read
 from leakdoctor.reporting.plot import plot_summary
@@ -46,7 +47,8 @@ class Summary:
     projected_limit_step: int | None = None
     overhead: dict[str, float] = field(default_factory=dict)
     ranks: list[dict[str, Any]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    #: records of the message catalogue (base/messages.py): what no field says
+    notes: list[Record] = field(default_factory=list)
     errors: list[dict[str, str]] = field(default_factory=list)
     rank: int = 0
     version: str = ""
@@ -66,6 +68,9 @@ class Summary:
     #: Where the steps are batches of several calls (Keras fits): each call, marked on the clock of steps
     #: ({"call", "kind", "first_step", "last_step"}); None where a step is a step of one loop.
     calls: list[dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        self.notes = [legacy(note) for note in self.notes]  # text (an old file, a caller's own) as a record
 
     @property
     def verdict(self) -> str:
@@ -109,7 +114,7 @@ class Summary:
             "projected_limit_step": self.projected_limit_step,
             "overhead": dict(self.overhead),
             "ranks": list(self.ranks),
-            "notes": list(self.notes),
+            "notes": list(self.notes),  # records (base/messages.py): `leakdoctor report` renders them
             "errors": list(self.errors),
             "settings": dict(self.settings),
             "memory_limit": self.memory_limit,
@@ -127,7 +132,7 @@ class Summary:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Summary":
-        if data.get("schema") != SCHEMA:
+        if data.get("schema") not in (SCHEMA, *OLD_SCHEMAS):
             raise ValueError(f"not a leakdoctor summary: schema {data.get('schema')!r}, expected {SCHEMA!r}")
         series = {
             name: SeriesSummary(**{**known_fields(SeriesSummary, s), "points": [tuple(p) for p in s.get("points", [])]})
@@ -256,7 +261,7 @@ def render_text(summary: Summary) -> str:
         figure = f", against {limit['figure']}" if limit.get("figure") not in (None, "rss_bytes") else ""
         of = f" ({format_value(limit['bytes'], 'bytes')}, {limit['source']}{figure})" if limit.get("bytes") else ""
         lines.append(f"\nprojected to reach the memory limit{of} at step {summary.projected_limit_step}")
-    lines += [f"note: {n}" for n in summary.notes]
+    lines += [f"note: {render(n)}" for n in summary.notes]
     lines += [f"switched off: {e['part']}: {e['error']}" for e in summary.errors]
     line = _overhead_line(summary.overhead)
     return "\n".join(lines + ([line] if line else []))
@@ -308,7 +313,7 @@ def _why(summary: Summary) -> str:
         return f"stopped at step {summary.stopped.get('step')} before the memory limit"
     leaks = summary.leaks
     if leaks:
-        return "; ".join(f"{f.final_state} {f.cause}" + (f" at {f.location}" if f.location else "") for f in leaks)
+        return "; ".join(f"{f.final_state} {f.cause}" + (f" at {f.where}" if f.location else "") for f in leaks)
     if summary.unwatched:
         return f"{summary.unwatched.get('reason')}; {summary.unwatched.get('fix')}"
     minor = summary.minor
@@ -323,12 +328,12 @@ def _finding_lines(f: Finding) -> list[str]:
     if state == "withdrawn":
         return lines + [f"  why withdrawn: {f.reason}"]
     if f.location:
-        lines.append(f"  where: {f.location}")
-    lines.append(f"  evidence: {f.evidence}")
+        lines.append(f"  where: {f.where}")
+    lines.append(f"  evidence: {f.evidence_text}")
     if f.detected_rate is not None and f.rate_per_step and not 0.5 <= f.detected_rate / f.rate_per_step <= 2:
         lines.append(f"  rate: {format_value(f.detected_rate, f.unit)}/step when found at step {f.detected_step}, "
                      f"refit over the whole run since step {f.first_step}")
-    lines.append(f"  fix: {f.recommendation}")
+    lines.append(f"  fix: {f.recommendation_text}")
     if f.remedy:
         lines.append(f"  remedy: {_remedy_line(f.remedy, f.unit)}")
     lines += [f"  also: {_supporting_line(other)}" for other in f.supporting]
