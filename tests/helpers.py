@@ -263,7 +263,7 @@ RECORDS: dict[str, tuple[tuple[str, ...], Callable[[dict, str, dict], bool]]] = 
         {"code": c, "params": p}, f"jit({parts['function']})")),
     "lax_cond": (("lax_cond",), _params()),
     "active_flat": (("active_flat",), _params()),
-    "never_evaluated": (("never_evaluated",), _params()),
+    "never_evaluated": (("never_evaluated",), _anything),
     "named": (("never_evaluated",), lambda p, c, parts: parts["name"] in p["names"] or parts["name"] == p["name"]),
     "shapes_changing": (("arguments_changing",), lambda p, c, parts: p["arguments"].startswith(
         f"{parts['argument']} (")),

@@ -7,7 +7,9 @@ program reads the codes and their parameters, a person the text. On the ground f
 A template is `str.format` text over the record's params. A param is a plain value (a name, a number, a
 step), a record (rendered in its place), a list of records (rendered one after the other), or None (nothing).
 A format spec that names a unit (`{growth:bytes}`) reads the number in that unit (1.5 MiB); `{growth:unit}`
-reads it in the unit the params name (`unit`). A location is `{"file", "line", "function", "holder"}`
+reads it in the unit the params name (`unit`). Other specs read a list: `join` (names), `quoted` (names of
+code), `sizes` (bytes), `parts` (records joined by '; '), a census's rows (_ROWS), a count with its noun
+(_NOUNS). A location is `{"file", "line", "function", "holder"}`
 (None where unknown), rendered by `location_text`.
 """
 
