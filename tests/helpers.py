@@ -253,7 +253,8 @@ RECORDS: dict[str, tuple[tuple[str, ...], Callable[[dict, str, dict], bool]]] = 
     "not_given_back": (("not_given_back",), _params()),
     "models_settle": (("models_settle",), _params()),
     "keras_compiled": (("keras_compiled",), lambda p, c, parts: parts.get("function") in p["functions"]),
-    "within_fit": (("within_fit",), lambda p, c, parts: "call" not in parts or p["label"] == f"fit() call {parts['call']}"),
+    "within_fit": (("within_fit",), lambda p, c, parts: "call" not in parts or re.fullmatch(
+        rf"fit\(\) call {parts['call']}( .*)?", p["label"]) is not None),  # 'fit() call 1 at train.py:9'
     "fit_batches": (("within_fit",), lambda p, c, parts: "batches" not in parts or p["batches"] == parts["batches"]),
     "list_grew": (("grew", "growing_by", "gaining_graph_bytes", "no_growth_of_its_own"),
                   lambda p, c, parts: p["metric"] == f"len({parts['list']})"),
