@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import comparators  # noqa: E402
 from common import OUT, machine, table, write_section  # noqa: E402
 
+from leakdoctor.base.messages import location_text  # noqa: E402
 from leakdoctor.judging.detect import theil_sen  # noqa: E402
 
 ROOT = Path(__file__).parent.parent
@@ -209,7 +210,7 @@ def score_doctor(truth: dict[str, Any], detect: dict[str, Any]) -> dict[str, Any
     found = named[0] if named else (leaks[0] if leaks else None)
     location_ok = None
     if truth["location"] and found is not None:
-        location_ok = any(part in (found["location"] or "") for part in truth["location"])
+        location_ok = any(part in (location_text(found["location"]) or "") for part in truth["location"])
     steps, rss = rss_series(detect)
     since = leak_from(truth)
     rate = slope(steps, rss, since, len(rss)) if truth["leak"] else None
@@ -220,7 +221,7 @@ def score_doctor(truth: dict[str, Any], detect: dict[str, Any]) -> dict[str, Any
         "latency": latency(truth, step), "live_latency": latency(truth, live),
         "causes": [f["cause"] for f in leaks], "benign_causes": [f["cause"] for f in benign],
         "cause_ok": cause_ok, "extra": sorted({f["cause"] for f in leaks} - {truth["cause"]}),
-        "location": found["location"] if found else None, "location_ok": location_ok,
+        "location": location_text(found["location"]) if found else None, "location_ok": location_ok,
         "withdrawn": withdrawn,
         "rate_fraction": rate[0] / rss[since - 1] if rate and len(rss) >= since else None,
         "probe_fraction": overhead.get("fraction_of_step_time"),

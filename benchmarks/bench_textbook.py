@@ -308,7 +308,10 @@ def remedy_of(finding: dict[str, Any]) -> dict[str, Any]:
 
 def brief(finding: dict[str, Any]) -> dict[str, Any]:
     remedy = remedy_of(finding)
-    return {"cause": finding.get("cause"), "metric": finding.get("metric"), "location": finding.get("location"),
+    from leakdoctor.base.messages import location_text  # the summary's {file, line, function, holder} as text
+
+    return {"cause": finding.get("cause"), "metric": finding.get("metric"),
+            "location": location_text(finding.get("location")),
             "rate_per_step": finding.get("rate_per_step"), "unit": finding.get("unit"),
             "detected_step": finding.get("detected_step"), "severity": finding.get("severity"),
             "state": state(finding), "reason": finding.get("reason"),

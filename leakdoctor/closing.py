@@ -19,6 +19,7 @@ from leakdoctor.framework import Ending
 from leakdoctor.judging import last_look
 from leakdoctor.base import logs
 from leakdoctor.base.guard import Guard
+from leakdoctor.base.messages import msg
 from leakdoctor.lifecycle import oom, stopping, termination
 from leakdoctor.reporting import exporter
 from leakdoctor.reporting.summary import Summary
@@ -60,10 +61,9 @@ def _end(engine: Engine, exception: BaseException | None) -> Summary:
 def _note_ending(engine: Engine, exception: BaseException | None) -> None:
     notes = engine.clinic.notes
     if engine.unattended == "collected":
-        notes.append(f"finish() was never called: the doctor was finished when it was garbage-collected, at step "
-                     f"{engine.steps}")
+        notes.append(msg("collected", step=engine.steps))
     if exception is not None:
-        notes.append(f"the run ended with {type(exception).__name__} at step {engine.steps}")
+        notes.append(msg("ended", error=type(exception).__name__, step=engine.steps))
 
 
 def _conclude(engine: Engine) -> None:

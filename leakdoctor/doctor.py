@@ -49,7 +49,7 @@ class LeakDoctor:
     manager; `summary` is a snapshot of the run so far, and the final summary once `finish()` returned.
     This doctor watches the process and Python objects; `leakdoctor.callbacks.torch`, `.flax` and `.mlx`
     each have a `LeakDoctor` that adds its framework's probes, forensics and remedies. They share one
-    class name on purpose (DESIGN.md: one class name, framework-specific module): the module says the
+    class name on purpose: the module says the
     framework, so moving a loop to another framework changes one import and nothing else.
 
     Args:

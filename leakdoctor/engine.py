@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 
 from leakdoctor.base import logs
 from leakdoctor.base.guard import Guard
+from leakdoctor.base.messages import unique
 from leakdoctor.base.integration import Integration
 from leakdoctor.base.metric import MetricSpec
 from leakdoctor.base.version import __version__
@@ -262,7 +263,7 @@ class Engine:
             findings=findings,
             projected_limit_step=first.step if first else None,
             overhead=self.overhead(),
-            notes=list(dict.fromkeys(self.clinic.notes + report.skipped_notes(monitor))),
+            notes=unique(self.clinic.notes + report.skipped_notes(monitor)),
             errors=list(self.guard.errors),
             rank=settings.rank,
             version=__version__,

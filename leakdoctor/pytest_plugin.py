@@ -59,6 +59,7 @@ import pytest
 from leakdoctor.base import logs
 from leakdoctor.base.findings import Finding
 from leakdoctor.base.guard import LeakDoctorWarning
+from leakdoctor.base.messages import msg
 from leakdoctor.base.schema import MAJOR, MINOR, SEVERITIES
 from leakdoctor.base.units import format_value
 from leakdoctor.reporting.summary import Summary
@@ -247,11 +248,9 @@ class Kept:
         return [Finding(
             cause=CAUSE_OF.get(name, "native_memory"), metric=name, first_step=steps - span + 1, detected_step=steps,
             rate_per_step=rate, unit="bytes", location=location, severity="major", state="leak",
-            evidence=f"{name}, the bytes allocated and still alive after each step ({MEANING[name]}), grew by "
-                     f"{format_value(rate, 'bytes')}/step through the last {span} steps, and a gc.collect() kept "
-                     f"the growth" + (f"; what grew was allocated at {location}" if location else ""),
-            recommendation="the step keeps what it allocates: find who holds it (a list, a dict, a closure, a "
-                           "global, a cache without a bound) and drop or bound it",
+            evidence=msg("test_step_kept", metric=name, meaning=MEANING[name], rate=rate, steps=span,
+                         site=msg("allocated_at", site=location) if location else None),
+            recommendation=msg("step_keeps"),
         ) for name, rate, span in found]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import counts, isolated, kept
+from helpers import counts, isolated, kept, place
 
 from leakdoctor import LeakDoctor
 from leakdoctor.examples.numpy_cycles import MLP
@@ -81,11 +81,11 @@ def test_a_list_of_1_mib_arrays_next_to_the_loss_history_is_found() -> None:
     assert len(leaks) == 1, [(f["cause"], f["metric"], f["detected_step"], f["evidence"]) for f in leaks]
     (finding,) = leaks
     if finding["cause"] == "container_growth":
-        assert finding["metric"] == "len(trainer.kept)" and "Trainer.kept" in finding["location"]
+        assert finding["metric"] == "len(trainer.kept)" and "Trainer.kept" in place(finding)
         assert finding["rate_per_step"] == pytest.approx(1.0, rel=0.05)
     else:
         assert finding["cause"] == "python_objects" and finding["metric"] == "rss_bytes"
-        assert finding["location"].endswith(f"test_clean_runs.py:{_line_of('LEAK: 1 MiB')}")
+        assert place(finding).endswith(f"test_clean_runs.py:{_line_of('LEAK: 1 MiB')}")
         assert finding["rate_per_step"] == pytest.approx(2**20, rel=0.3)
 
 

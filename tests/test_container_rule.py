@@ -5,7 +5,7 @@ is suspect first; a loss history next to a resident growth is not blamed for it.
 from __future__ import annotations
 
 import numpy as np
-from helpers import phrase, says
+from helpers import has, says
 
 from leakdoctor.integrations import MetricSpec
 from leakdoctor.integrations.python import Watchlist, container_rule
@@ -47,9 +47,10 @@ def test_a_list_of_arrays_that_made_resident_memory_suspect_is_named_by_its_attr
     watchlist, evidence = rss_first(trainer, kept=STEPS, losses=STEPS)
     (found,) = container_rule(watchlist).fn(evidence, [])
     assert (found.cause, found.metric) == ("container_growth", "len(trainer.kept)")
-    assert found.location.startswith("Trainer.kept (")
+    assert found.where.startswith("Trainer.kept (")
     assert set(found.explains) == {"len(trainer.kept)", "rss_bytes"}
-    assert phrase("grew", metric="len(trainer.kept)", growth=8, steps=8, rate=1).match(found.evidence), found.evidence
+    assert has(found.evidence["params"]["growth"], "grew", metric="len(trainer.kept)", growth=8, steps=8, rate=1), \
+        found.evidence  # what it says first: the growth
     assert says(found.evidence, "new_items", size="8.0 MiB"), found.evidence
     assert found.rate_per_step == 1.0
 

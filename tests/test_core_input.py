@@ -11,6 +11,7 @@ import sys
 import warnings
 
 import pytest
+from leakdoctor.base.schema import SCHEMA
 from helpers import says
 
 from leakdoctor import LeakDoctor, LeakDoctorWarning
@@ -137,7 +138,7 @@ def test_summary_goes_to_stderr_when_its_path_fails_at_the_end(tmp_path, capsys)
     with pytest.warns(LeakDoctorWarning, match="cannot write"):
         summary = doctor.finish()
     printed = json.loads(capsys.readouterr().err)
-    assert printed["schema"] == "leakdoctor.summary/1" and printed["steps"] == 30 == summary.steps
+    assert printed["schema"] == SCHEMA and printed["steps"] == 30 == summary.steps
 
 
 @pytest.mark.parametrize("stop", [RuntimeError("loss is nan"), KeyboardInterrupt()])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import counts, isolated, kept, says
+from helpers import counts, isolated, kept, mentions, place, says
 
 from leakdoctor import LeakDoctor
 from leakdoctor.examples.numpy_cycles import MLP, StepRecord
@@ -120,7 +120,7 @@ def test_a_growing_list_is_found_with_the_line_that_allocates_it():
     result = isolated(train, "list")
     (finding,) = leaks(result)
     assert finding["cause"] == "python_objects" and finding["metric"] == "rss_bytes"
-    assert finding["location"].endswith(f"{HERE.name}:{line_of('LEAK-LIST')}")
+    assert place(finding).endswith(f"{HERE.name}:{line_of('LEAK-LIST')}")
     assert finding["rate_per_step"] == pytest.approx(200_000, rel=0.25)
     low, high = finding["rate_interval"]
     assert low <= finding["rate_per_step"] <= high and high - low < finding["rate_per_step"]
@@ -132,7 +132,7 @@ def test_a_growing_list_is_found_with_the_line_that_allocates_it():
 
 def test_a_leak_that_starts_mid_run_is_dated():
     (finding,) = leaks(isolated(train, "late-list"))
-    assert finding["location"].endswith(f"{HERE.name}:{line_of('LEAK-LATE')}")
+    assert place(finding).endswith(f"{HERE.name}:{line_of('LEAK-LATE')}")
     assert 120 <= finding["first_step"] <= 200
     assert 150 < finding["detected_step"] <= 300
 
@@ -141,7 +141,7 @@ def test_a_slow_leak_of_a_tenth_of_a_percent_per_step_is_found():
     result = isolated(train, "slow", steps=500)
     (finding,) = leaks(result)
     assert finding["cause"] == "python_objects"
-    assert finding["location"].endswith(f"{HERE.name}:{line_of('LEAK-SLOW')}")
+    assert place(finding).endswith(f"{HERE.name}:{line_of('LEAK-SLOW')}")
     start = result["summary"]["series"]["rss_bytes"]["start"]
     assert finding["rate_per_step"] == pytest.approx(0.001 * start, rel=0.5)
 
@@ -151,7 +151,7 @@ def test_a_user_gauge_growing_by_one_that_holds_nothing_and_costs_no_time_is_a_n
     no leak (the Burn case, whose walk slows the step, is found: test_a_growing_walk_...)."""
     summary = isolated(train, "gauge")["summary"]
     assert summary["verdict"] == "clean" and not kept(summary)
-    assert any("graph_nodes" in note and says(note, "not_a_leak") for note in summary["notes"]), summary["notes"]
+    assert any(mentions(note, "graph_nodes") and says(note, "not_a_leak") for note in summary["notes"]), summary["notes"]
 
 
 def test_a_user_gauge_whose_items_hold_memory_is_container_growth():
@@ -168,7 +168,7 @@ def test_a_watched_attribute_that_grows_is_named():
     result = isolated(train, "attribute")
     (finding,) = leaks(result)
     assert finding["cause"] == "container_growth" and finding["metric"] == "len(trainer.history)"
-    assert finding["location"].startswith("Trainer.history")
+    assert place(finding).startswith("Trainer.history")
     assert "rss_bytes" not in {f["metric"] for f in leaks(result)}  # explained by the container
 
 
@@ -208,7 +208,7 @@ def test_garbage_cycles_are_collected_by_the_safe_remedy_and_verified():
     assert finding["cause"] == "python_objects" and finding["reclaimed_by"] == "gc_collect"
     # placed at the line that closes the cycle: the closure that refers back to the record
     closure = next(c for c in StepRecord.__init__.__code__.co_consts if inspect.iscode(c))
-    assert finding["location"] == f"{short_path(closure.co_filename)}:{closure.co_firstlineno}"
+    assert place(finding) == f"{short_path(closure.co_filename)}:{closure.co_firstlineno}"
     assert says(finding["evidence"], "cycle_census"), finding["evidence"]  # placed from the gc cycle census
     remedy = finding["remedy"]
     assert remedy["name"] == "gc_collect" and remedy["effective"] is True
@@ -266,7 +266,7 @@ def test_a_growing_graph_slows_the_step_and_both_are_reported():
     assert found["graph_nodes"]["cause"] == "container_growth"
     assert set(found) <= {"graph_nodes", "rss_bytes"}  # the nodes also hold 80 KB a step
     if "rss_bytes" in found:
-        assert found["rss_bytes"]["location"].endswith(f"{HERE.name}:{line_of('LEAK-NODES')}")
+        assert place(found["rss_bytes"]).endswith(f"{HERE.name}:{line_of('LEAK-NODES')}")
     cpu = result["summary"]["series"]["step_cpu_seconds"]  # CPU time: what other load does not inflate
     assert cpu["trend"] == "growing" and cpu["slope_per_step"] > 0 and cpu["end"] > cpu["start"]
     assert says(result["text"], "time_rose", label="CPU time per step"), result["text"]

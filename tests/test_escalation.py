@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import place
 from test_clinic import MIB, clinic_reading, feed
 
 from leakdoctor import LeakDoctor
@@ -72,7 +73,7 @@ def test_a_growth_that_keeps_memory_is_confirmed_and_named_at_its_line(plant, ma
     line = next(i for i, text in enumerate(open(__file__, encoding="utf-8"), 1) if f"# {marker}" in text)
     assert summary["verdict"] == "leak", summary["findings"]
     assert summary["overhead"]["suspicions_triaged"] >= 1 and summary["overhead"]["investigations"] >= 1
-    assert any(f["metric"] == "rss_bytes" and f["location"] and f["location"].endswith(f"test_escalation.py:{line}")
+    assert any(f["metric"] == "rss_bytes" and place(f) and place(f).endswith(f"test_escalation.py:{line}")
                for f in summary["findings"]), summary["findings"]
 
 

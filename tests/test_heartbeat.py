@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import counts, isolated, says
+from leakdoctor.base.schema import SCHEMA
+from helpers import counts, isolated, says, place
 
 from leakdoctor import LeakDoctor
 from leakdoctor.cli import main as cli
@@ -52,7 +53,7 @@ def poll(path: Path, watched: Watched, until, timeout: float = 90) -> dict:
 def kept_leak(summary: dict) -> dict | None:
     """The finding of the loop's leak (the KEPT line), if the summary has it as a leak."""
     where = f"heartbeat_loop.py:{line_of('KEPT')}"
-    return next((f for f in summary["findings"] if (f["location"] or "").endswith(where) and counts(f)), None)
+    return next((f for f in summary["findings"] if (place(f) or "").endswith(where) and counts(f)), None)
 
 
 def test_a_run_killed_with_sigkill_leaves_its_finding_on_disk(tmp_path):
@@ -66,7 +67,7 @@ def test_a_run_killed_with_sigkill_leaves_its_finding_on_disk(tmp_path):
     finally:
         watched.kill()
     summary = json.loads(path.read_text())  # what the kill left: whole JSON
-    assert summary["schema"] == "leakdoctor.summary/1"
+    assert summary["schema"] == SCHEMA
     assert summary["complete"] is False and isinstance(summary["written_at"], str)
     assert summary["verdict"] == "leak" and summary["steps"] > 0
     finding = kept_leak(summary)

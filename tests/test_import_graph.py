@@ -35,7 +35,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "leakdoctor"
 
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("base",),
-    ("settings",),
+    ("settings", "_option_types"),
     ("reading",),
     ("integrations",),
     ("remedies",),

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import counts, isolated, kept, phrase, says
+from helpers import counts, has, isolated, kept, mentions, phrase, place, says
 
 from leakdoctor.judging.detect import theil_sen
 
@@ -114,7 +114,7 @@ def test_models_built_in_a_loop_are_found_across_fits_and_clear_session_stops_th
     # resident memory gave back came back at malloc_trim (the C heap's cache, left to its own rule), while
     # the arrays of the models still piling up came back at gc.collect(). Both measure the same models.
     assert found["metric"] in ({"rss_bytes", "jax_live_bytes_cpu"} if backend == "jax" else {"rss_bytes"})
-    assert found["location"] == site("fit-in-loop")
+    assert place(found) == site("fit-in-loop")
     assert says(found["evidence"], "new_models", "per_new_model")
     # the old models pile up (not kept referenced): in cycles that gc.collect() frees (or Python's own full
     # collection freed just before the ladder's), or not given back
@@ -179,9 +179,9 @@ def test_models_kept_in_a_list_are_placed_at_the_append_on_torch():
     summary = isolated(models_kept_in_a_list, "torch", 20)["summary"]
     found = finding(summary, "python_objects")
     assert found["metric"] in ("rss_bytes", "keras_models_alive"), found
-    assert found["location"] == f"models in models_kept_in_a_list() ({site('model-kept')})", found
+    assert place(found) == f"models in models_kept_in_a_list() ({site('model-kept')})", found
     assert found["state"] == "leak" and summary["verdict"] == "leak"
-    assert "still referenced after gc.collect()" in found["evidence"] and "held by models" in found["evidence"]
+    assert has(found["evidence"], "models_referenced") and has(found["evidence"], "models_held_by", holder="models")
 
 
 # --- a clean fit --------------------------------------------------------------------------------------
@@ -264,8 +264,8 @@ def predict_changing_shapes(backend: str, calls: int) -> dict:
 def test_predict_in_a_loop_on_changing_shapes_retraces_on_jax():
     summary = isolated(predict_changing_shapes, "jax", 40)
     found = finding(summary, "compile_cache")
-    assert found["metric"] == "rss_bytes" and found["location"] == site("predict-in-loop")
-    assert says(found["evidence"], "keras_compiled", function="predict_step") and "f32[" in found["evidence"]
+    assert found["metric"] == "rss_bytes" and place(found) == site("predict-in-loop")
+    assert says(found["evidence"], "keras_compiled", function="predict_step") and mentions(found["evidence"], "f32[")
     assert says(found["recommendation"], "fixed_shapes")
     assert summary["verdict"] == "leak" and len(summary["findings"]) == 1
 
@@ -310,9 +310,9 @@ def test_activations_kept_within_one_fit_are_found_on_the_batch_clock():
     # on memory, which the kept activations grow (and detach_retained would free), named at the model's
     # list and the line that appends to it; the list's length is explained by the same finding
     assert found["metric"] == "rss_bytes" and [f["cause"] for f in summary["findings"]] == ["retained_graph"]
-    assert found["location"] == f"activations_kept.<locals>.Keeper.activations ({site('activation-kept')})"
+    assert place(found) == f"activations_kept.<locals>.Keeper.activations ({site('activation-kept')})"
     assert says(found["evidence"], "within_fit", "fit_batches", call=1, batches=batches)
-    assert says(found["evidence"], "list_grew", list="Keeper.activations") and "(64, 64) float32" in found["evidence"], \
+    assert says(found["evidence"], "list_grew", list="Keeper.activations") and mentions(found["evidence"], "(64, 64) float32"), \
         found["evidence"]
     assert 1 <= found["first_step"] <= found["detected_step"] <= batches  # on the clock of batches
     assert found["rate_per_step"] >= 64 * 64 * 4  # per batch: at least each batch's kept activation

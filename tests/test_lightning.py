@@ -18,7 +18,7 @@ import lightning.pytorch as L
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import corpus_run, counts, isolated, kept, says
+from helpers import corpus_run, counts, isolated, kept, says, place
 from torch import nn
 
 STEPS = 320
@@ -164,7 +164,7 @@ def test_losses_kept_in_module_outputs_are_named_and_kept_across_resume(tmp_path
     found = finding(result["first"], "retained_graph")
     assert found["metric"] == "len(LeakyRegressor.outputs)"
     append_line = result["training_step"] + 3  # where the list is appended to
-    assert found["location"] == f"LeakyRegressor.outputs (tests/test_lightning.py:{append_line})"
+    assert place(found) == f"LeakyRegressor.outputs (tests/test_lightning.py:{append_line})"
     assert says(found["evidence"], "grad_fn", "held_by", holders="LeakyRegressor.outputs")
     assert says(found["recommendation"], "detach")
     assert found["first_step"] < found["detected_step"] < 200
@@ -172,7 +172,7 @@ def test_losses_kept_in_module_outputs_are_named_and_kept_across_resume(tmp_path
     resumed = result["resumed"]
     assert resumed["steps"] == 400  # the count goes on from the checkpoint
     again = [f for f in resumed["findings"] if f["cause"] == "retained_graph"]
-    assert len(again) == 1 and again[0]["location"] == found["location"]  # one finding, seen in both runs
+    assert len(again) == 1 and place(again[0]) == place(found)  # one finding, seen in both runs
     assert again[0]["first_step"] == found["first_step"] and again[0]["detected_step"] > 200
 
 
@@ -213,7 +213,7 @@ def test_outputs_kept_with_graphs_are_detached_in_place_and_memory_stops_growing
     summary = result["summary"]
     found = finding(summary, "retained_graph")
     assert found["metric"] == "rss_bytes"  # what leaks, and what the remedy is judged on
-    assert found["location"] == f"ProbeKeeper.training_step_outputs (tests/test_lightning.py:{result['line']})"
+    assert place(found) == f"ProbeKeeper.training_step_outputs (tests/test_lightning.py:{result['line']})"
     remedy = found["remedy"]
     assert remedy["name"] == "detach_retained" and remedy["effective"] is True, remedy
     assert remedy["rate_after"] <= 0.1 * found["rate_per_step"], remedy

@@ -15,7 +15,7 @@ from pathlib import Path
 import lightning.pytorch as L
 import torch
 import torch.nn.functional as F
-from helpers import kept
+from helpers import kept, place
 from torch import nn
 
 STEPS = 200
@@ -68,14 +68,14 @@ def test_two_ddp_ranks_make_one_summary(tmp_path):
     assert ranks[1]["verdict"] == "leak" and "rss_bytes" in ranks[1]["series"]
     found = [f for f in summary["findings"] if f["cause"] == "retained_graph"]
     append_line = RankLeaky.training_step.__code__.co_firstlineno + 4  # where the list is appended to
-    assert len(found) == 1 and found[0]["location"] == f"RankLeaky.outputs (tests/test_lightning_ddp.py:{append_line})"
+    assert len(found) == 1 and place(found[0]) == f"RankLeaky.outputs (tests/test_lightning_ddp.py:{append_line})"
     assert found[0] == ranks[1]["findings"][0]  # rank 1's finding, gathered by rank 0
     assert summary["verdict"] == "leak"
     # on the list's length: the losses were kept after backward(), so their graphs hold only numbers
     assert found[0]["metric"] == "len(RankLeaky.outputs)"
     # rank 1's alone: rank 0 has no finding of that cause, metric and place (merged in, not seen on rank 0)
-    key = (found[0]["cause"], found[0]["metric"], found[0]["location"])
-    assert key not in {(f["cause"], f["metric"], f["location"]) for f in ranks[0]["findings"]}, ranks[0]["findings"]
+    key = (found[0]["cause"], found[0]["metric"], place(found[0]))
+    assert key not in {(f["cause"], f["metric"], place(f)) for f in ranks[0]["findings"]}, ranks[0]["findings"]
 
 
 if __name__ == "__main__":

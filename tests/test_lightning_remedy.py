@@ -15,7 +15,7 @@ import warnings
 import lightning.pytorch as L
 import torch
 import torch.nn.functional as F
-from helpers import isolated, says
+from helpers import isolated, says, place
 from torch import nn
 
 STEPS = 320
@@ -101,7 +101,7 @@ def watched_trainer_kept(steps: int) -> dict:
 
 def retained(summary: dict) -> dict:
     found = [f for f in summary["findings"] if f["cause"] == "retained_graph"]
-    assert len(found) == 1, ([(f["cause"], f["metric"], f["location"]) for f in summary["findings"]], summary["notes"])
+    assert len(found) == 1, ([(f["cause"], f["metric"], place(f)) for f in summary["findings"]], summary["notes"])
     return found[0]
 
 
@@ -110,7 +110,7 @@ def test_losses_kept_in_a_lightning_modules_list_are_detached_and_the_run_remedi
     summary = result["summary"]
     found = retained(summary)
     assert found["metric"] == "len(StepLosses.step_losses)"
-    assert found["location"] == f"StepLosses.step_losses (tests/test_lightning_remedy.py:{APPEND})"
+    assert place(found) == f"StepLosses.step_losses (tests/test_lightning_remedy.py:{APPEND})"
     remedy = found["remedy"]
     assert remedy is not None and remedy["name"] == "detach_retained", found
     # judged on the graphs it frees, not on the list's length, which grows on as the code appends
@@ -125,7 +125,7 @@ def test_without_the_remedy_allowed_the_fix_names_the_one_that_would_act():
     result = isolated(step_losses_kept, STEPS, "safe")
     found = retained(result["summary"])
     assert found["remedy"] is None and found["state"] == "leak"
-    assert found["location"] == f"StepLosses.step_losses (tests/test_lightning_remedy.py:{APPEND})"
+    assert place(found) == f"StepLosses.step_losses (tests/test_lightning_remedy.py:{APPEND})"
     assert says(found["recommendation"], "allow_remedy", remedy="detach_retained")
     assert result["with_graph"] == STEPS
 
@@ -135,7 +135,7 @@ def test_a_watched_objects_list_of_graphs_in_a_plain_loop_is_detached_and_the_ru
     summary = result["summary"]
     found = retained(summary)
     assert found["metric"] == "len(Trainer.history)"
-    assert found["location"] == f"Trainer.history (tests/test_lightning_remedy.py:{TRAINER_APPEND})"
+    assert place(found) == f"Trainer.history (tests/test_lightning_remedy.py:{TRAINER_APPEND})"
     remedy = found["remedy"]
     assert remedy is not None and remedy["name"] == "detach_retained" and remedy["effective"] is True, found
     assert found["state"] == "remedied" and summary["verdict"] == "remedied", summary["findings"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import isolated, says
+from helpers import isolated, says, place
 
 from leakdoctor.integrations.source import stored_value
 
@@ -32,7 +32,7 @@ def at(marker: str) -> str:
 
 def only(summary: dict, cause: str) -> dict:
     found = [f for f in summary["findings"] if f["cause"] == cause]
-    assert len(found) == 1, ([(f["cause"], f["metric"], f["location"]) for f in summary["findings"]], summary["notes"])
+    assert len(found) == 1, ([(f["cause"], f["metric"], place(f)) for f in summary["findings"]], summary["notes"])
     return found[0]
 
 
@@ -175,7 +175,7 @@ def test_an_equinox_step_retraced_every_step_is_placed_at_the_users_call():
     summary = isolated(equinox_retraced, 48, LIMIT)
     finding = only(summary, "compile_cache")
     assert finding["metric"] == "rss_bytes"
-    assert finding["location"].endswith(at("EQX-CALL")) and in_users_file(finding["location"]), finding["location"]
+    assert place(finding).endswith(at("EQX-CALL")) and in_users_file(place(finding)), place(finding)
 
 
 def test_an_equinox_retrace_on_the_compile_count_names_the_function_at_the_users_call():
@@ -183,7 +183,7 @@ def test_an_equinox_retrace_on_the_compile_count_names_the_function_at_the_users
     finding = only(summary, "compile_cache")
     assert finding["metric"] == "jax_compiles"
     # placed as every compile_cache finding is ('file.py:12'); the compiled function is named in the evidence
-    assert finding["location"].endswith(at("EQX-CALL")) and in_users_file(finding["location"]), finding["location"]
+    assert place(finding).endswith(at("EQX-CALL")) and in_users_file(place(finding)), place(finding)
     assert says(finding["evidence"], "jax_compiled", function="step")
 
 
@@ -191,7 +191,7 @@ def test_a_flax_nnx_retrace_on_the_compile_count_is_placed_at_the_step_in_the_us
     summary = isolated(nnx_retraced, 48, HUGE)
     finding = only(summary, "compile_cache")
     assert finding["metric"] == "jax_compiles"
-    assert finding["location"].endswith(at("NNX-STEP")) and in_users_file(finding["location"]), finding["location"]
+    assert place(finding).endswith(at("NNX-STEP")) and in_users_file(place(finding)), place(finding)
     assert says(finding["evidence"], "jax_compiled", function="_train_step")
 
 
@@ -199,14 +199,14 @@ def test_a_flax_nnx_retrace_on_memory_is_placed_at_the_step_in_the_users_file():
     summary = isolated(nnx_retraced, 48, LIMIT)
     finding = only(summary, "compile_cache")
     assert finding["metric"] == "rss_bytes"
-    assert finding["location"].endswith(at("NNX-STEP")) and in_users_file(finding["location"])
+    assert place(finding).endswith(at("NNX-STEP")) and in_users_file(place(finding))
 
 
 def test_a_watched_objects_growing_list_is_placed_at_the_line_that_appends():
     summary = isolated(watched_trainer, 150, False)
     finding = only(summary, "container_growth")
     assert finding["metric"] == "len(Trainer.history)"
-    assert finding["location"] == f"Trainer.history (tests/{at('TRAINER-APPEND')})"
+    assert place(finding) == f"Trainer.history (tests/{at('TRAINER-APPEND')})"
     assert says(finding["recommendation"], "list_stores", list="Trainer.history", type="bytearray")
 
 
@@ -214,7 +214,7 @@ def test_a_list_appended_by_the_loop_is_placed_at_the_loops_append_not_at_the_cl
     summary = isolated(watched_trainer, 150, True)
     finding = only(summary, "container_growth")
     assert finding["metric"] == "len(Trainer.history)"
-    assert finding["location"] == f"Trainer.history (tests/{at('LOOP-APPEND')})"
+    assert place(finding) == f"Trainer.history (tests/{at('LOOP-APPEND')})"
 
 
 def test_the_fix_quotes_the_expression_the_code_stores(tmp_path: Path):

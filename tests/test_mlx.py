@@ -15,7 +15,8 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
 import pytest
-from helpers import isolated, kept, says
+from leakdoctor.base.schema import SCHEMA
+from helpers import has, isolated, kept, mentions, place, says
 
 from leakdoctor.callbacks.mlx import LeakDoctor
 from leakdoctor.integrations.mlx import CACHE
@@ -267,7 +268,7 @@ def test_lazy_state_is_found_within_50_steps_and_force_eval_flattens_rss_without
     summary = result["summary"]
     finding = only(summary, "lazy_graph")
     assert finding["metric"] == "rss_bytes"
-    assert finding["location"].endswith(f"test_mlx.py:{line_of('LAZY-UPDATE')}")
+    assert place(finding).endswith(f"test_mlx.py:{line_of('LAZY-UPDATE')}")
     assert finding["detected_step"] - WARMUP <= 50
     assert finding["rate_per_step"] > 50 * 2**10  # the graph of one MLP step is ~100 KB here
     assert says(finding["evidence"], "active_flat")
@@ -292,18 +293,18 @@ def test_lazy_state_without_remedies_is_reported_and_the_run_is_unchanged():
 
 
 @pytest.mark.parametrize("in_dict, name, marker, registration", [
-    (False, "total", "ACCUMULATE", "doctor.step(total=total)"),
-    (True, "metrics['loss']", "ACCUMULATE-DICT", "doctor.step(metrics=metrics)"),
+    (False, "total", "ACCUMULATE", {"key": "total", "expr": "total"}),  # doctor.step(total=total)
+    (True, "metrics['loss']", "ACCUMULATE-DICT", {"key": "metrics", "expr": "metrics"}),  # doctor.step(metrics=metrics)
 ])
 def test_accumulated_metric_is_named_with_the_advice_to_evaluate_it(in_dict, name, marker, registration):
     result = isolated(accumulate_scenario, "safe", 160, register=False, in_dict=in_dict)
     summary = result["summary"]
     finding = only(summary, "lazy_graph")
     assert finding["metric"] == "mlx_active_bytes"
-    assert finding["location"].endswith(f"test_mlx.py:{line_of(marker)}")
+    assert place(finding).endswith(f"test_mlx.py:{line_of(marker)}")
     assert says(finding["evidence"], "never_evaluated", "named", name=name)
     assert says(finding["recommendation"], "mx_eval_state", extra=f", {name.split('[')[0]}")
-    assert registration in finding["recommendation"]
+    assert has(finding["recommendation"], "register_with_doctor", **registration)
     assert finding["remedy"] is None  # force_eval cannot reach a variable it was not given
     assert summary["verdict"] == "leak"
 
@@ -361,10 +362,10 @@ def test_compile_retrace_per_input_shape_is_compile_cache_named_with_its_shapes(
     # on the count of traces (an always-on sentinel), whether memory or the count opened the investigation
     assert finding["metric"] == "mlx_compile_traces"
     assert finding["detected_step"] <= 20 + 60  # the leak runs from the start: warm-up, then ~6 windows
-    assert finding["location"].endswith(f"test_mlx.py:{line_of('COMPILED')}")
+    assert place(finding).endswith(f"test_mlx.py:{line_of('COMPILED')}")
     evidence = finding["evidence"]
     assert says(evidence, "traced", function="train_step") and says(evidence, "shapes_changing", argument="x")
-    assert ", 16) to (" in evidence and "y (" in evidence  # rows change; the columns do not
+    assert mentions(evidence, ", 16) to (") and mentions(evidence, "y (")  # rows change; the columns do not
     assert says(finding["recommendation"], "shapeless", "bucket")
     assert summary["verdict"] == "leak"
 
@@ -374,7 +375,7 @@ def test_retracing_that_starts_after_warm_up_is_found_within_50_steps():
     summary = isolated(compiled_scenario, 200, "growing", start)["summary"]
     finding = only(summary, "compile_cache")
     assert finding["detected_step"] - start <= 50
-    assert finding["location"].endswith(f"test_mlx.py:{line_of('COMPILED')}")
+    assert place(finding).endswith(f"test_mlx.py:{line_of('COMPILED')}")
     assert finding["metric"] == "mlx_compile_traces" and finding["rate_per_step"] >= 0.5  # a graph a step
 
 
@@ -393,7 +394,7 @@ def test_leak_elsewhere_is_not_blamed_on_the_lazy_graph():
     summary = isolated(unrelated_leak_scenario, 120)["summary"]
     assert summary["findings"], "the numpy leak is found"
     assert all(f["cause"] != "lazy_graph" for f in summary["findings"]), summary["findings"]
-    assert any(f["metric"] == "rss_bytes" and f["location"] and f["location"].endswith(f"test_mlx.py:{line_of('NUMPY-LEAK')}")
+    assert any(f["metric"] == "rss_bytes" and place(f) and place(f).endswith(f"test_mlx.py:{line_of('NUMPY-LEAK')}")
                for f in summary["findings"]), summary["findings"]
 
 
@@ -404,8 +405,8 @@ def test_unevaluated_metrics_kept_in_a_list_are_named_at_the_append():
     finding = located[0]
     assert finding["cause"] == "lazy_graph" and finding["metric"] == "mlx_active_bytes"
     assert finding["state"] == "leak" and summary["verdict"] == "leak"
-    assert finding["location"].startswith("accuracies in lazy_append_scenario()")
-    assert finding["location"].endswith(f"test_mlx.py:{line_of('LAZY-APPEND')})")
+    assert place(finding).startswith("accuracies in lazy_append_scenario()")
+    assert place(finding).endswith(f"test_mlx.py:{line_of('LAZY-APPEND')})")
     assert "native_memory" not in {f["cause"] for f in summary["findings"]}, summary["findings"]
 
 
@@ -417,7 +418,7 @@ def test_correct_loop_of_500_steps_has_no_finding(tmp_path):
     assert summary["steps"] == 500
     assert result["losses"] == result["undoctored"]
     written = json.loads(path.read_text())
-    assert written["framework"] == "mlx" and written["schema"] == "leakdoctor.summary/1"
+    assert written["framework"] == "mlx" and written["schema"] == SCHEMA
     assert {"mlx_active_bytes", "mlx_cache_bytes", "mlx_peak_bytes"} <= set(written["series"])
 
 

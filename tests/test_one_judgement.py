@@ -12,6 +12,7 @@ import re
 import sys
 
 import pytest
+from helpers import place
 from procs import SCRIPTS, leakdoctor_run, run
 
 pytest_plugins = ["pytester"]
@@ -53,7 +54,7 @@ def leaks(path) -> set[tuple[str, str, str, int]]:
     for finding in json.loads(path.read_text())["findings"]:
         if finding["state"] != "leak":
             continue
-        where = re.fullmatch(r"(?:(.*) \()?(.*?)([^/\\]+\.py):(\d+)\)?", finding["location"] or "")
+        where = re.fullmatch(r"(?:(.*) \()?(.*?)([^/\\]+\.py):(\d+)\)?", place(finding) or "")
         assert where, finding
         found.add((finding["cause"], where.group(1) or "", where.group(3), int(where.group(4))))
     return found

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import counts, isolated, phrase, says
+from helpers import counts, isolated, phrase, says, place
 
 from leakdoctor import LeakDoctor
 from leakdoctor.lifecycle.oom import is_oom
@@ -65,7 +65,7 @@ def test_a_run_out_of_memory_names_the_growing_line_an_investigation_saw(tmp_pat
     assert oom["sites"][0]["bytes"] >= 8 * MIB
     assert oom["growing"][0]["metric"] == "rss_bytes"
     assert 7 * MIB < oom["growing"][0]["slope_per_step"] < 9 * MIB
-    assert any(f["location"] == site and counts(f) for f in summary["findings"])  # a finding too
+    assert any(place(f) == site and counts(f) for f in summary["findings"])  # a finding too
     limit = summary["memory_limit"]
     assert limit["source"] == "rlimit" and limit["detail"].startswith("RLIMIT_AS")  # the tightest limit
     # RLIMIT_AS is compared with the address space, where the run died: its last reading lies within a chunk

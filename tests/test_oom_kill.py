@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import counts
+from helpers import counts, place
 
 from procs import SCRIPTS, Watched
 
@@ -148,7 +148,7 @@ def test_a_run_the_kernel_kills_out_of_memory_leaves_its_post_mortem(tmp_path, c
     assert oom["cgroup_bytes"] > 0.95 * LIMIT_MIB * MIB
     assert oom["growing"][0]["metric"] == "rss_bytes"
     where = f"heartbeat_loop.py:{line_of_kept()}"
-    leaks = [f for f in summary["findings"] if (f["location"] or "").endswith(where) and counts(f)]
+    leaks = [f for f in summary["findings"] if (place(f) or "").endswith(where) and counts(f)]
     assert leaks and leaks[0]["cause"] == "python_objects" and leaks[0]["state"] == "leak", summary["findings"]
     assert any((site["location"] or "").endswith(where) for site in oom["sites"]), oom["sites"]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from helpers import place
 
 from leakdoctor import Finding, LeakDoctor, Summary
 from leakdoctor.reporting.summary import RemedyOutcome, SeriesSummary
@@ -224,7 +225,7 @@ def test_outputs_kept_in_a_local_list_are_a_retained_graph_at_their_line():
 
     data = isolated(outputs_kept_in_a_local_list)
     found = [f for f in kept(data) if f["cause"] == "retained_graph"]
-    assert found and f"tests/test_plot.py:{KEEP_LINE})" in found[0]["location"], data["findings"]
+    assert found and f"tests/test_plot.py:{KEEP_LINE})" in place(found[0]), data["findings"]
     assert data["verdict"] in ("clean", "leak") and found[0]["severity"] in ("major", "minor")
 
 

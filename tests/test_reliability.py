@@ -399,7 +399,7 @@ def test_report_on_a_file_that_is_no_summary_exits_2_with_one_line(tmp_path, cap
     ("unknown cause", "findings[0].cause: expected a cause"),
     ("remedy not an object", "findings[0].remedy: expected an object or null, got a list"),
     ("points not pairs", "series['rss_bytes'].points: expected a list of [step, value] pairs"),
-    ("notes not strings", "summary.notes: expected a list of strings"),
+    ("notes not strings", "summary.notes: expected a list of records (or strings)"),
     ("deep nesting", "nested too deeply"),
 ])
 def test_report_on_a_damaged_summary_exits_2_with_one_line(tmp_path, capsys, change, message):
@@ -413,7 +413,7 @@ def test_report_strips_terminal_escape_sequences(tmp_path, capsys):
     data = a_summary(tmp_path)
     evil = "\x1b[2J\x1b]0;owned\x07\x1b[31mred\x1b[0m\rverdict CLEAN\x9b1m\u202e"
     data["notes"].append(evil)
-    data["findings"][0]["evidence"] += evil
+    data["findings"][0]["evidence"] = {"code": "text", "params": {"text": evil}}  # a record's text, rendered
     data["series"][evil] = data["series"]["rss_bytes"]
     path = tmp_path / "leaks.json"
     path.write_text(json.dumps(data))

@@ -14,7 +14,8 @@ import signal
 import sys
 
 import pytest
-from helpers import counts, phrase, says
+from leakdoctor.base.schema import SCHEMA
+from helpers import counts, phrase, says, place
 from procs import SCRIPTS, Watched, leakdoctor_run, run
 
 FAST = ("-o", "overhead=1.0", "-o", "memory_limit=4GiB")
@@ -49,7 +50,7 @@ def test_torch_hooks_registered_every_step_are_found_at_the_optimizer_step(tmp_p
     assert result.returncode == 1, result.stderr  # the script succeeded; --fail-on-leak turns a leak into 1
     assert summary["framework"] == "torch" and summary["steps"] == 150 and summary["verdict"] == "leak"
     found = finding(summary, "hook_accumulation")
-    assert found["location"].endswith(f"torch_hooks.py:{line_of('torch_hooks.py', 'HOOK')}"), found
+    assert place(found).endswith(f"torch_hooks.py:{line_of('torch_hooks.py', 'HOOK')}"), found
     # the model was found from the optimizer's parameters
     assert says(found["evidence"], "hooks_held", kind="forward hook"), found["evidence"]
     assert says(result.stderr, "finding_line", state="LEAK", cause="hook_accumulation", metric="torch_hooks")
@@ -63,8 +64,8 @@ def test_a_torch_loop_that_also_jits_gets_the_jax_integration_too(tmp_path):
     summary, _ = leak_run(tmp_path, "torch_hooks_and_jit.py", "120", options=JAX_FAST)
     assert summary["framework"] == "torch" and summary["verdict"] == "leak"
     hooks, compiles = finding(summary, "hook_accumulation"), finding(summary, "compile_cache")
-    assert hooks["location"].endswith(f"torch_hooks_and_jit.py:{line_of('torch_hooks_and_jit.py', 'HOOK')}")
-    assert compiles["location"].endswith(f"torch_hooks_and_jit.py:{line_of('torch_hooks_and_jit.py', 'COMPILE')}")
+    assert place(hooks).endswith(f"torch_hooks_and_jit.py:{line_of('torch_hooks_and_jit.py', 'HOOK')}")
+    assert place(compiles).endswith(f"torch_hooks_and_jit.py:{line_of('torch_hooks_and_jit.py', 'COMPILE')}")
 
 
 def test_lightning_outputs_kept_are_found_and_sigterm_is_left_to_lightning(tmp_path):
@@ -81,7 +82,7 @@ def test_lightning_outputs_kept_are_found_and_sigterm_is_left_to_lightning(tmp_p
     assert summary["framework"] == "lightning" and summary["verdict"] == "leak"
     found = finding(summary, "retained_graph")
     assert found["metric"] == "len(Leaky.outputs)"
-    assert found["location"].endswith(f"lightning_outputs.py:{line_of('lightning_outputs.py', 'KEPT')})"), found
+    assert place(found).endswith(f"lightning_outputs.py:{line_of('lightning_outputs.py', 'KEPT')})"), found
     assert says(summary["notes"], "ended", error="SIGTERMException"), summary["notes"]
 
 
@@ -105,7 +106,7 @@ def test_keras_models_built_in_a_loop_are_found_across_fit_calls(tmp_path):
     assert summary["steps"] == sum(c["last_step"] - c["first_step"] + 1 for c in summary["calls"])  # their batches
     found = finding(summary, "python_objects")
     line = line_of("keras_models_in_a_loop.py", "FIT-IN-LOOP")
-    assert found["location"].endswith(f"keras_models_in_a_loop.py:{line}"), found
+    assert place(found).endswith(f"keras_models_in_a_loop.py:{line}"), found
     assert says(found["recommendation"], "clear_session")
 
 
@@ -127,7 +128,7 @@ def test_optax_update_with_an_unjitted_cond_is_found_at_the_update(tmp_path):
 
     cond = next(i for i, line in enumerate(open(old_radam.__file__).read().splitlines(), 1)
                 if "lax.cond(" in line and "# RADAM-COND" in line)
-    assert found["location"].endswith(f"old_radam.py:{cond}"), found
+    assert place(found).endswith(f"old_radam.py:{cond}"), found
     assert says(found["evidence"], "lax_cond")
 
 
@@ -139,7 +140,7 @@ def test_step_on_names_the_step_of_a_plain_script(tmp_path, step_on, args, marke
     assert summary["framework"] == "python" and summary["steps"] == 150
     found = finding(summary, "python_objects")
     script = "plain_steps.py" if args else "plain_step.py"
-    assert found["location"].endswith(f"{script}:{line_of(script, marker)}"), found  # line numbers unchanged
+    assert place(found).endswith(f"{script}:{line_of(script, marker)}"), found  # line numbers unchanged
 
 
 # --- the script runs as Python runs it ------------------------------------------------------------------
@@ -177,7 +178,7 @@ def test_sigterm_mid_run_leaves_a_complete_summary(tmp_path):
     watched.process.send_signal(signal.SIGTERM)
     assert watched.finish() == -signal.SIGTERM, watched.stderr
     summary = json.loads(path.read_text())
-    assert summary["schema"] == "leakdoctor.summary/1" and summary["verdict"] == "leak" and summary["steps"] > 60
+    assert summary["schema"] == SCHEMA and summary["verdict"] == "leak" and summary["steps"] > 60
     assert finding(summary, "hook_accumulation")["metric"] == "torch_hooks"
     assert summary["series"]["torch_hooks"]["end"] > 60
     assert says(summary["notes"], "ended", error="SIGTERM"), summary["notes"]
@@ -261,7 +262,7 @@ def test_the_scripts_own_callback_is_joined_with_the_runs_options_where_it_set_n
     if kind == "lightning":
         assert summary["steps"] == 120 and summary["verdict"] == "leak"
         found = finding(summary, "retained_graph")
-        assert found["location"].endswith(f"lightning_outputs.py:{line_of('lightning_outputs.py', 'KEPT')})"), found
+        assert place(found).endswith(f"lightning_outputs.py:{line_of('lightning_outputs.py', 'KEPT')})"), found
 
 
 @pytest.mark.parametrize("framework", ["torch", "mlx", "jax"])

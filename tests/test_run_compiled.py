@@ -12,7 +12,7 @@ import json
 import sys
 
 import pytest
-from helpers import counts, says
+from helpers import counts, says, place
 from procs import SCRIPTS, leakdoctor_run, run
 
 COUNT = ("-o", "overhead=1.0")
@@ -50,7 +50,7 @@ def test_an_mlx_compiled_step_never_evaluated_is_a_lazy_graph_at_the_call_of_the
     lazy = [f for f in summary["findings"] if f["cause"] == "lazy_graph"]
     assert len(lazy) == 1, json.dumps({k: summary[k] for k in ("verdict", "steps", "findings", "notes", "errors")})
     (found,) = lazy
-    assert found["location"].endswith(f"mlx_compiled.py:{line_of('mlx_compiled.py', 'STEP-CALL')}"), found
+    assert place(found).endswith(f"mlx_compiled.py:{line_of('mlx_compiled.py', 'STEP-CALL')}"), found
     assert (found["state"], found["severity"]) == ("leak", "major") and summary["verdict"] == "leak"
 
 

@@ -44,7 +44,7 @@ def test_a_leak_watched_off_the_training_thread_is_found_at_its_line_and_the_thr
         leaking_loop(doctor, 260, 60, per_step, 0.01)
     summary = doctor.summary
     (finding,) = [f for f in summary.findings if f.metric == "rss_bytes" and f.final_state == "leak"]
-    assert finding.cause == "python_objects" and finding.location.endswith(f"test_sampler_thread.py:{_line('LEAK')}")
+    assert finding.cause == "python_objects" and finding.where.endswith(f"test_sampler_thread.py:{_line('LEAK')}")
     assert 40 <= finding.first_step <= 120 and finding.detected_step <= 200
     overhead = summary.overhead
     assert overhead["sampling"] == "thread" and overhead["thread_cpu_seconds"] > 0

@@ -10,7 +10,7 @@ import sys
 from typing import Any, Callable
 
 import pytest
-from helpers import counts, says
+from helpers import counts, says, place
 
 from leakdoctor import Finding, Summary
 from leakdoctor.cli import main
@@ -31,7 +31,7 @@ def sample_summary(verdict_effective: bool | None = True) -> Summary:
 
 def test_json_has_the_contract_fields():
     data = json.loads(sample_summary().to_json())
-    assert data["schema"] == SCHEMA == "leakdoctor.summary/1"
+    assert data["schema"] == SCHEMA == "leakdoctor.summary/2"
     assert {"framework", "steps", "verdict", "series", "findings", "projected_limit_step", "overhead",
             "ranks"} <= set(data)
     assert set(data["series"]["rss_bytes"]) >= {"start", "end", "peak", "slope_per_step", "trend"}
@@ -167,7 +167,7 @@ def test_demo_finds_remedies_and_verifies(tmp_path, case, remedy, example):
     assert len(leaks) == 1, data["findings"]
     (finding,) = leaks
     assert finding["remedy"]["name"] == remedy and finding["remedy"]["effective"]
-    assert example in finding["location"]
+    assert example in place(finding)
     assert (tmp_path / "leakdoctor-demo.png").exists()
     assert says(result["stderr"], "applied", remedy=remedy) and says(result["stderr"], "verdict", verdict="REMEDIED")
 
@@ -316,7 +316,7 @@ def test_a_proven_cause_too_slow_to_matter_is_kept_as_minor_and_an_unproven_one_
                      recommendation="detach")
     unproven = dataclasses.replace(proven, cause="native_memory", location=None)
     kept, dropped = final_findings([proven, unproven], monitor, settings)
-    assert (kept.state, kept.severity, kept.location) == ("minor", "minor", "total_loss in train() (train.py:12)")
+    assert (kept.state, kept.severity, kept.where) == ("minor", "minor", "total_loss in train() (train.py:12)")
     assert dropped.state == "withdrawn" and dropped.reason
     summary = Summary("python", 400, {}, [kept, dropped])
     assert summary.verdict == "clean" and summary.minor == [kept]
@@ -336,7 +336,7 @@ def test_models_still_referenced_after_a_full_collection_are_proven_whatever_res
                    recommendation="drop them", subject=NewModels(4, 4, 0, 4, 400e3, 1.1 * mib))
     freed = dataclasses.replace(kept, location="fit() at sweep.py:84", subject=NewModels(4, 4, 2, 0, 400e3, 1.1 * mib))
     listed, dropped = final_findings([kept, freed], monitor, settings)
-    assert (listed.state, listed.severity, listed.location) == ("minor", "minor", "global models (sweep.py:85)")
+    assert (listed.state, listed.severity, listed.where) == ("minor", "minor", "global models (sweep.py:85)")
     assert dropped.state == "withdrawn" and dropped.reason
 
 

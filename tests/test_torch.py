@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import counts, isolated, kept, phrase, says
+from helpers import counts, has, isolated, kept, mentions, place, says
 from torch import nn
 
 from leakdoctor.callbacks.torch import LeakDoctor
@@ -89,8 +89,8 @@ def test_hook_registered_every_step_is_found_and_removed():
     result = isolated(hooks_every_step, 400)
     found = finding(result["summary"], "hook_accumulation")
     assert found["metric"] == "torch_hooks"
-    assert found["location"] == code_location(record_activation)
-    assert says(found["evidence"], "hooks_held", kind="forward hook") and "record_activation" in found["evidence"]
+    assert place(found) == code_location(record_activation)
+    assert says(found["evidence"], "hooks_held", kind="forward hook") and mentions(found["evidence"], "record_activation")
     remedy = found["remedy"]
     assert remedy["name"] == "remove_hooks" and remedy["effective"] is True
     assert remedy["rate_after"] <= 0.05 * found["rate_per_step"]
@@ -125,8 +125,8 @@ def test_validation_losses_with_graph_are_found_and_detached():
     result = isolated(validation_losses_kept, 400, "all")
     found = finding(result["summary"], "retained_graph")
     assert found["metric"] == "rss_bytes"
-    assert found["location"] == f"val_losses in validation_losses_kept() (tests/test_torch.py:{APPEND_LINE})"
-    assert says(found["evidence"], "grad_fn") and "val_losses" in found["evidence"]
+    assert place(found) == f"val_losses in validation_losses_kept() (tests/test_torch.py:{APPEND_LINE})"
+    assert says(found["evidence"], "grad_fn") and mentions(found["evidence"], "val_losses")
     remedy = found["remedy"]
     # the kept scalars are packed into shared buffers, so the C heap does not fragment around them and
     # resident memory stops growing, not just slows down
@@ -175,7 +175,7 @@ RECORDER_LINE = next(i for i, text in enumerate(open(__file__).read().splitlines
 def test_outputs_kept_inside_a_list_of_callbacks_are_named_by_the_attribute_that_keeps_them():
     result = isolated(outputs_kept_by_a_callback, 300)
     found = finding(result["summary"], "retained_graph")
-    assert found["location"] == f"Recorder.outputs (tests/test_torch.py:{RECORDER_LINE})"
+    assert place(found) == f"Recorder.outputs (tests/test_torch.py:{RECORDER_LINE})"
     remedy = found["remedy"]
     assert remedy["name"] == "detach_retained" and remedy["effective"] is True, remedy
     assert result["with_graph"] == 0 and result["kept"] == 300  # the recorder's list is intact, without graphs
@@ -201,7 +201,7 @@ def test_running_total_with_graph_is_found_and_detached_in_place():
     result = isolated(running_total_kept, 400)
     found = finding(result["summary"], "retained_graph")
     assert found["metric"] == "rss_bytes"
-    assert found["location"] == f"total in running_total_kept() (tests/test_torch.py:{TOTAL_LINE})"
+    assert place(found) == f"total in running_total_kept() (tests/test_torch.py:{TOTAL_LINE})"
     assert says(found["evidence"], "graph_grew")
     remedy = found["remedy"]
     assert remedy["name"] == "detach_retained" and remedy["effective"] is True
@@ -232,7 +232,7 @@ def test_a_running_total_started_anew_each_epoch_is_detached_in_every_epoch():
     result = isolated(running_totals_per_epoch, 4, 100)
     summary = result["summary"]
     (found,) = named(summary, "retained_graph")
-    assert found["location"].startswith("epoch_total in one_epoch() (tests/test_torch.py:")
+    assert place(found).startswith("epoch_total in one_epoch() (tests/test_torch.py:")
     assert found["remedy"]["name"] == "detach_retained" and found["remedy"]["effective"] is True, found
     assert found["state"] == "remedied" and summary["verdict"] == "remedied"
     assert result["graphs"][-1] is False  # the last epoch's total, a new tensor in a new call, detached too
@@ -272,7 +272,7 @@ def test_a_running_total_chaining_graphs_is_proven_in_a_window_where_malloc_trim
     assert (found.cause, found.metric) == ("retained_graph", "rss_bytes")
     line = inspect.getsourcelines(test_a_running_total_chaining_graphs_is_proven_in_a_window_where_malloc_trim_took_memory_back)
     chained = line[1] + next(i for i, text in enumerate(line[0]) if text.rstrip().endswith("# chained"))
-    assert found.location == ("epoch_loss in test_a_running_total_chaining_graphs_is_proven_in_a_window_where_"
+    assert found.where == ("epoch_loss in test_a_running_total_chaining_graphs_is_proven_in_a_window_where_"
                               f"malloc_trim_took_memory_back() (tests/test_torch.py:{chained})")
     assert proven(found) and found.rate_per_step == 0  # what the ladders saw it keep: the trim took it all
 
@@ -307,7 +307,7 @@ def test_input_batches_kept_in_a_global_dict_are_named_at_the_line_that_stores_t
     summary = result["summary"]
     found = finding(summary, "container_growth")
     assert found["metric"] == "rss_bytes"
-    assert found["location"] == f"global STEP_CACHE (tests/test_torch.py:{CACHE_LINE})"
+    assert place(found) == f"global STEP_CACHE (tests/test_torch.py:{CACHE_LINE})"
     assert found["state"] == "leak" and found["severity"] == "major"
     assert summary["verdict"] == "leak"
     assert not named(summary, "native_memory"), summary["findings"]
@@ -354,7 +354,7 @@ def test_dataloader_workers_copying_a_python_list_are_named_within_the_first_epo
     found = finding(result["summary"], "dataloader_workers")
     assert found["detected_step"] < result["epoch"]
     assert found["metric"] == "workers_copied_bytes"
-    assert found["location"] == f"RecordsDataset.records ({code_location(RecordsDataset)})"
+    assert place(found) == f"RecordsDataset.records ({code_location(RecordsDataset)})"
     assert says(found["evidence"], "python_list", "pytorch_issue", count=20000, kind="bytes")
     advice = found["recommendation"]
     assert says(advice, "as_numpy_array", "persistent_workers", holder="RecordsDataset.records")
@@ -411,7 +411,7 @@ def test_dataloader_workers_keeping_every_sample_on_the_dataset_are_named_at_the
     summary = result["summary"]
     found = finding(summary, "dataloader_workers")
     assert found["metric"] == "workers_grown_bytes"
-    assert found["location"] == f"KeepingDataset.seen (tests/test_torch.py:{SEEN_LINE})"
+    assert place(found) == f"KeepingDataset.seen (tests/test_torch.py:{SEEN_LINE})"
     assert found["state"] == "leak" and found["severity"] == "major"
     assert found["detected_step"] < result["epoch"]
     assert summary["verdict"] == "leak"
@@ -556,10 +556,10 @@ def test_merge_keeps_every_rank_and_each_finding_once():
 
     merged = merge([summary(1, ["retained_graph", "container_growth"]), summary(0, ["retained_graph"])])
     assert merged.rank == 0 and [r["rank"] for r in merged.ranks] == [0, 1]
-    assert [(f.cause, f.location) for f in merged.findings] == \
+    assert [(f.cause, f.where) for f in merged.findings] == \
         [("retained_graph", "train.py:10"), ("container_growth", "train.py:11")]
-    assert len(merged.notes) == 1 and phrase("not_seen_on_rank", rank=1, cause="container_growth", metric="rss_bytes",
-                                               first=0).fullmatch(merged.notes[0]), merged.notes
+    assert merged.notes == [{"code": "not_seen_on_rank", "params": {
+        "rank": 1, "cause": "container_growth", "metric": "rss_bytes", "first": 0}}], merged.notes
     assert merged.projected_limit_step == 4999 and merged.verdict == "leak"
     assert [len(r["findings"]) for r in merged.ranks] == [1, 2]
     assert Summary.from_dict(json.loads(merged.to_json())).ranks == merged.ranks
@@ -592,8 +592,9 @@ def test_the_fix_for_a_kept_output_tensor_does_not_suggest_item():
     result = isolated(outputs_kept, 300)
     assert result["shape"] == [16, 10]
     found = finding(result["summary"], "retained_graph")
-    assert found["location"].startswith("outputs in outputs_kept()")
-    assert "out.detach()" in found["recommendation"] and "out.item()" not in found["recommendation"]
+    assert place(found).startswith("outputs in outputs_kept()")
+    assert has(found["recommendation"], "detach_or_summary", value="out")  # not out.item(): it has many elements
+    assert not has(found["recommendation"], "detach", value="out") and not mentions(found["recommendation"], "out.item()")
 
 
 # --- a short or slow run: the last look at finish() ------------------------------------------------------
@@ -623,7 +624,7 @@ def test_a_slow_running_total_with_its_graph_is_reported_at_its_line_at_least_mi
     found = finding(summary, "retained_graph")
     line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1)
                 if text.rstrip().endswith("# the slow total"))
-    assert found["location"] == f"total_loss in slow_running_total() (tests/test_torch.py:{line})", found
+    assert place(found) == f"total_loss in slow_running_total() (tests/test_torch.py:{line})", found
     assert found["state"] in ("minor", "leak") and found["severity"] in ("minor", "major"), found
     clean = isolated(slow_running_total, 1200, False)
     assert clean["verdict"] == "clean" and kept(clean) == [], clean["findings"]

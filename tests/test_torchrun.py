@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from helpers import place
 from procs import SCRIPTS, env
 
 from leakdoctor.lifecycle.stopping import FARTHEST
@@ -99,7 +100,7 @@ def assert_merged(folder: Path, steps: int = 120) -> dict:
     assert ranks[0]["verdict"] == "clean" and ranks[1]["verdict"] == "leak"
     found = rank_ones(ranks[1]["findings"])
     assert found and found[0] in summary["findings"], ranks[1]["findings"]
-    assert "hoard" in found[0]["location"] and found[0]["state"] == "leak"
+    assert "hoard" in place(found[0]) and found[0]["state"] == "leak"
     assert not rank_ones(ranks[0]["findings"])
     assert [r["file"] for r in ranks] == [str(folder / "leaks.json"), str(folder / "leaks.rank1.json")]
     own = load(folder / "leaks.rank1.json")

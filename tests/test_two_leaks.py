@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from helpers import counts, isolated
+from helpers import counts, isolated, place
 
 from leakdoctor.integrations.python import code_location
 
@@ -57,11 +57,11 @@ def test_a_retained_graph_and_a_list_of_bytes_are_two_findings():
     assert summary["verdict"] == "leak"
     assert "retained_graph" in by_cause, summary["findings"]
     graph = by_cause["retained_graph"]
-    assert graph["location"].endswith(f"(tests/test_two_leaks.py:{line_of(graphs_and_bytes, 'first leak')})")
+    assert place(graph).endswith(f"(tests/test_two_leaks.py:{line_of(graphs_and_bytes, 'first leak')})")
     blobs = [f for f in leaks if f is not graph and f["metric"] == "rss_bytes"]
     assert len(blobs) == 1, summary["findings"]
     assert blobs[0]["cause"] in ("python_objects", "container_growth")
-    assert blobs[0]["location"].endswith(f"tests/test_two_leaks.py:{line_of(graphs_and_bytes, 'second leak')}")
+    assert place(blobs[0]).endswith(f"tests/test_two_leaks.py:{line_of(graphs_and_bytes, 'second leak')}")
     # each its own rate, not resident memory's: together no more than it, the list of bytes the bigger
     rss = summary["series"]["rss_bytes"]["slope_per_step"]
     assert 0 < graph["rate_per_step"] < blobs[0]["rate_per_step"]
@@ -108,8 +108,8 @@ def test_a_hook_a_step_and_a_compile_a_step_are_two_findings():
     assert summary["verdict"] == "leak"
     assert {"hook_accumulation", "compile_cache"} <= set(leaks), summary["findings"]
     hooks, compiles = leaks["hook_accumulation"], leaks["compile_cache"]
-    assert hooks["location"] == code_location(record)
-    assert compiles["location"] == f"tests/test_two_leaks.py:{line_of(hooks_and_compiles, 'second leak')}"
+    assert place(hooks) == code_location(record)
+    assert place(compiles) == f"tests/test_two_leaks.py:{line_of(hooks_and_compiles, 'second leak')}"
     assert hooks["metric"] != compiles["metric"]
     assert hooks["rate_per_step"] == pytest.approx(1.0, rel=0.2)
     assert compiles["rate_per_step"] == pytest.approx(1.0, rel=0.2)

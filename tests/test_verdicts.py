@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import isolated
+from helpers import isolated, place
 
 HERE = Path(__file__)
 LIMIT = "8GiB"  # fixed, so that materiality does not depend on the RAM of the machine running the tests
@@ -56,8 +56,8 @@ def test_total_loss_kept_as_a_tensor_is_a_minor_finding_at_its_line():
     assert len(found) == 1, summary["findings"]
     (finding,) = found
     assert (finding["state"], finding["severity"]) == ("minor", "minor"), finding
-    assert finding["location"].startswith("total_loss in total_loss_kept()")
-    assert finding["location"].endswith(f"{HERE.name}:{line_of('TOTAL-LOSS')})")
+    assert place(finding).startswith("total_loss in total_loss_kept()")
+    assert place(finding).endswith(f"{HERE.name}:{line_of('TOTAL-LOSS')})")
     assert summary["verdict"] == "clean" and summary["projected_limit_step"] is None
 
 
@@ -79,7 +79,7 @@ def test_a_leak_that_pauses_and_grows_on_is_not_withdrawn():
     kept = [f for f in summary["findings"] if f["state"] != "withdrawn"]
     assert summary["verdict"] == "leak", summary["findings"]
     assert all(f["state"] == "leak" and f["severity"] == "major" for f in kept), kept
-    assert any((f["location"] or "").endswith(f"{HERE.name}:{line_of('PAUSED-LEAK')}") for f in kept), kept
+    assert any((place(f) or "").endswith(f"{HERE.name}:{line_of('PAUSED-LEAK')}") for f in kept), kept
 
 
 @pytest.mark.parametrize(("remedies", "verdict", "state"), [("off", "leak", "leak"), ("safe", "remedied", "remedied")])

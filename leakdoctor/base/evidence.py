@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from leakdoctor.base.findings import Finding
+from leakdoctor.base.messages import Location, Record, msg
 from leakdoctor.base.metric import MetricSpec
 from leakdoctor.base.trend import Trend
-from leakdoctor.base.units import format_value
 
 __all__ = ["HEAP", "MAPPED", "RSS", "ACCOUNTED", "Ladder", "Evidence", "Rule"]
 
@@ -73,7 +73,7 @@ class Evidence:
     end: Ladder
     reports: dict[str, Any]
     remedies: tuple[str, ...] = ()
-    notes: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, Record] = field(default_factory=dict)
     middle: Ladder | None = None
     horizon: int = 100_000  # steps over which a growth must matter (Settings.horizon)
 
@@ -212,24 +212,23 @@ class Evidence:
         trend = self.suspects.get(metric) or self.trends.get(metric)
         return trend.slope if trend else self.growth(metric) / self.steps
 
-    def describe(self, metric: str) -> str:
-        """'rss_bytes grew 1.2 MiB in 10 steps (120.0 KiB/step)': the growth the window saw and its own
-        pace, which the trend's rate (the finding's) may differ from, said so where it does by twice."""
+    def describe(self, metric: str) -> Record:
+        """'rss_bytes grew 1.2 MiB in 10 steps (120.0 KiB/step)' (the `grew` record): the growth the window
+        saw and its own pace, which the trend's rate (the finding's) may differ from, said so where it does
+        by twice."""
         unit = self.specs[metric].unit if metric in self.specs else "count"
         steps = self.steps if metric not in self.suspects or self.survives(metric) else self.last_span
         growth, trend = self.growth(metric), self.rate(metric)
-        text = f"{metric} grew {format_value(growth, unit)} in {steps} steps ({format_value(growth / steps, unit)}/step"
         pace = growth / steps
-        if trend and pace and not 0.5 <= trend / pace <= 2:
-            text += f"; {format_value(trend, unit)}/step over the windows that raised the suspicion"
-        return text + ")"
+        faster = msg("trend_rate", rate=trend, unit=unit) if trend and pace and not 0.5 <= trend / pace <= 2 else None
+        return msg("grew", metric=metric, growth=growth, steps=steps, pace=pace, unit=unit, trend=faster)
 
-    def note(self, metric: str, text: str) -> None:
+    def note(self, metric: str, note: Record) -> None:
         """Say something about a metric in the summary's notes, without a finding."""
-        self.notes[metric] = f"step {self.end_step}: {text}"
+        self.notes[metric] = msg("at_step", step=self.end_step, note=note)
 
-    def finding(self, cause: str, metric: str, *, evidence: str, recommendation: str,
-                location: str | None = None, **extra: Any) -> Finding:
+    def finding(self, cause: str, metric: str, *, evidence: Record, recommendation: Record,
+                location: Location | str | None = None, **extra: Any) -> Finding:
         """A Finding for `metric` with onset, rate and unit filled in from this evidence."""
         trend = self.suspects.get(metric)
         return Finding(

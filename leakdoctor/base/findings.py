@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from leakdoctor.base.messages import Location, Record, legacy, location_text, parse_location, render
 from leakdoctor.base.schema import CAUSES
 
 __all__ = ["LOCAL", "RemedyOutcome", "Finding", "SeriesSummary", "known_fields", "proving"]
@@ -42,9 +43,11 @@ class Finding:
     detected_step: int
     rate_per_step: float
     unit: str
-    location: str | None
-    evidence: str
-    recommendation: str
+    #: {"file", "line", "function", "holder"} (base/messages.py), None where no place is known
+    location: Location | None
+    #: records of the message catalogue (base/messages.py): what proved it, and what to do
+    evidence: Record
+    recommendation: Record
     rate_interval: tuple[float, float] | None = None
     benign: bool = False
     reclaimed_by: str | None = None
@@ -72,6 +75,9 @@ class Finding:
             raise ValueError(f"unknown cause {self.cause!r}: expected one of {sorted(CAUSES)}")
         if not self.explains:
             self.explains = (self.metric,)
+        # text (an old file, a caller that still writes prose) is kept as the catalogue's `text` record
+        self.location = parse_location(self.location)
+        self.evidence, self.recommendation = legacy(self.evidence), legacy(self.recommendation)
         if self.detected_rate is None:
             self.detected_rate = self.rate_per_step
 
@@ -84,6 +90,19 @@ class Finding:
         return "benign" if self.benign else "remedied" if self.remedy and self.remedy.effective else "leak"
 
     @property
+    def where(self) -> str | None:
+        """The location as a person reads it ('val_losses in train() (train.py:42)')."""
+        return location_text(self.location)
+
+    @property
+    def evidence_text(self) -> str:
+        return render(self.evidence)
+
+    @property
+    def recommendation_text(self) -> str:
+        return render(self.recommendation)
+
+    @property
     def counts(self) -> bool:
         """Does it make the verdict: a major leak, remedied or not (a minor one is listed only)?"""
         return self.final_state in ("leak", "remedied") and self.severity != "minor"
@@ -91,7 +110,7 @@ class Finding:
     @property
     def key(self) -> tuple[str, str, str | None]:
         """Identity across investigations: the same cause on the same metric at the same place."""
-        return self.cause, self.metric, self.location
+        return self.cause, self.metric, self.where
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in LOCAL}

@@ -4,9 +4,14 @@ the causes a finding may name, its states and severities."""
 
 from __future__ import annotations
 
-__all__ = ["SCHEMA", "CAUSES", "STATES", "SEVERITIES", "MAJOR", "MINOR"]
+__all__ = ["SCHEMA", "OLD_SCHEMAS", "CAUSES", "STATES", "SEVERITIES", "MAJOR", "MINOR"]
 
-SCHEMA = "leakdoctor.summary/1"
+#: The schema a summary is written in. 2: a finding's evidence and recommendation and the summary's notes
+#: are records of the message catalogue ({"code", "params"}, base/messages.py), a finding's location is
+#: {"file", "line", "function", "holder"}.
+SCHEMA = "leakdoctor.summary/2"
+#: Schemas still read (Summary.load, `leakdoctor report`): 1 held those as text.
+OLD_SCHEMAS = ("leakdoctor.summary/1",)
 
 CAUSES: dict[str, str] = {
     "lazy_graph": "a lazy computation graph chains across steps and is never evaluated",

@@ -73,6 +73,7 @@ from leakdoctor import options as doctor_options
 from leakdoctor.base import logs
 from leakdoctor.base.findings import Finding, SeriesSummary
 from leakdoctor.base.guard import Guard
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.base.trend import theil_sen
 from leakdoctor.framework import Ending, Framework
 from leakdoctor.integrations import keras as keras_integration
@@ -265,7 +266,7 @@ class _Fit:
     offset: int = 0  # the training batches of the run before this fit: its batch b is the run's step offset + b
     pending: bool = False  # a batch began and its step is not taken yet
     findings: list[Finding] = dataclasses.field(default_factory=list)
-    notes: list[str] = dataclasses.field(default_factory=list)
+    notes: list[Record] = dataclasses.field(default_factory=list)
     errors: list[dict[str, str]] = dataclasses.field(default_factory=list)
     cost: dict[str, float] = dataclasses.field(default_factory=dict)  # its doctor's additive overhead parts
     stopped: dict[str, Any] | None = None
@@ -278,7 +279,7 @@ class _Fit:
     def ended(cls, number: int, label: str, summary: Summary, offset: int) -> "_Fit":
         return cls(number, None, offset,
                    findings=[per_batch(f, number, offset, summary.steps, label) for f in summary.findings],
-                   notes=[f"{label}: {note}" for note in summary.notes],
+                   notes=[msg("in_fit", label=label, note=note) for note in summary.notes],
                    errors=[{**e, "part": f"{label}: {e['part']}"} for e in summary.errors],
                    cost={part: float(summary.overhead.get(part) or 0.0) for part in COST_PARTS},
                    stopped=summary.stopped and {**summary.stopped, "step": offset + summary.stopped["step"],
@@ -311,7 +312,7 @@ class _Record:
     fit: _Fit | None = None
     fits: list[_Fit] = dataclasses.field(default_factory=list)
     open: list[str] = dataclasses.field(default_factory=list)
-    notes: list[str] = dataclasses.field(default_factory=list)
+    notes: list[Record] = dataclasses.field(default_factory=list)
     batches: int = 0
     watched: list[int] = dataclasses.field(default_factory=list)  # fits whose batches were watched for a verdict
     fit_cost: dict[str, float] = dataclasses.field(default_factory=dict)  # the ended fits' doctors' cost
@@ -355,8 +356,7 @@ class _Record:
         """A call (number `call`) that began and never ended (it raised, or was interrupted): note it, end
         its fit doctor."""
         if self.open:
-            self.notes.append(f"call {call}, {_KINDS[self.open[0]]}() at {self.calls.site}, did not return (it "
-                              f"raised, or was interrupted)")
+            self.notes.append(msg("call_did_not_return", call=call, kind=_KINDS[self.open[0]], site=self.calls.site))
             self.open.clear()
             self.end_fit(exception)
 
@@ -385,13 +385,9 @@ class _Record:
                 cost[part] += value
         overhead = with_fits_cost(calls.overhead, cost)
         if self.batches:
-            notes.insert(0, f"steps are training batches ({_count(len(self.ends), 'call')}, "
-                            f"{_count(self.batches, 'training batch')}), each call marked in `calls`; the series "
-                            f"hold one reading at the end of each call")
+            notes.insert(0, msg("steps_are_batches", calls=len(self.ends), batches=self.batches))
         else:
-            notes.insert(0, f"steps are fit/evaluate/predict calls ({_count(calls.steps, 'call')}, "
-                            f"{_count(self.batches, 'training batch')}); the series hold one reading at the end of "
-                            f"each call")
+            notes.insert(0, msg("steps_are_calls", calls=calls.steps, batches=self.batches))
         fits = self.fits + now
         ender = next((fit for fit in fits if fit.stopped), None)
         stopped, by = (ender.stopped, ender.stopped_by) if ender else (calls.stopped, calls.stopped_by)
@@ -602,7 +598,7 @@ def _in_processes(options: dict[str, Any]) -> tuple[dict[str, Any], stopping.Agr
     "warn" within fits too: a process that left its fit alone would leave the others waiting for it in
     their next collective. Across calls "stop" always acts as "warn": a callback cannot end the user's loop
     of calls. Either is said in the notes when the user asked for "stop"."""
-    notes: list[str] = []
+    notes: list[Record] = []
     shared = keras_integration.collective()
     options = ranks.options_on_rank(options, shared[0]) if shared is not None else dict(options)
     if options.get("on_limit") != "stop":
@@ -611,16 +607,11 @@ def _in_processes(options: dict[str, Any]) -> tuple[dict[str, Any], stopping.Agr
     if launched:
         backend = keras_integration.backend()
         start = {"jax": "jax.distributed.initialize()", "torch": "torch.distributed.init_process_group()"}.get(backend)
-        fix = (f"call {start} before making the callback" if start else
-               f"leakdoctor has no collective for Keras's {backend} backend (jax and torch only)")
+        fix = msg("init_collective", start=start) if start else msg("no_collective", backend=backend)
         options.update(on_limit="warn", checkpoint=None)
-        notes.append(f"on_limit='stop' acts as 'warn', within fits as across calls: {launched} says this process is "
-                     f"one of several, but no collective is initialized for them to agree on a batch to stop at, and a "
-                     f"process that stopped alone would leave the others waiting in their next collective; {fix}")
+        notes.append(msg("stop_warns_in_fits", variable=launched, fix=fix))
     else:
-        notes.append("on_limit='stop' stops a fit (model.stop_training) but acts as 'warn' across calls: a callback "
-                     "cannot end your loop of fit/evaluate/predict calls; to act on a leak across calls, pass on_limit "
-                     "a function (it is given the summary) and end the loop there")
+        notes.append(msg("stop_warns_across_calls"))
     return options, shared[1] if shared is not None else None, notes
 
 
@@ -648,8 +639,8 @@ def per_batch(finding: Finding, call: int, offset: int, batches: int, label: str
     return dataclasses.replace(
         finding, first_step=offset + finding.first_step, detected_step=offset + finding.detected_step, remedy=remedy,
         proof=proof,
-        evidence=f"within {label} ({batches} batches; steps {offset + 1}-{offset + batches}, from its batch "
-                 f"{finding.first_step}): {finding.evidence}")
+        evidence=msg("within_fit", label=label, batches=batches, first=offset + 1, last=offset + batches,
+                     batch=finding.first_step, evidence=finding.evidence))
 
 
 def on_batches(calls: Summary, record: _Record, fits: list[_Fit]) -> Summary:

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from leakdoctor import options as doctor_options
 from leakdoctor.base.findings import Finding
 from leakdoctor.base.guard import Guard
+from leakdoctor.base.messages import codes, msg, unique
 from leakdoctor.callbacks.torch import LeakDoctor
 from leakdoctor.doctor import STATE_SCHEMA
 from leakdoctor.framework import PLAIN, Framework
@@ -81,19 +82,19 @@ class LightningDoctor(LeakDoctor):
         if self._earlier is not None:
             now = [Finding.from_dict(f) for f in state["findings"]]
             state["findings"] = [f.to_dict() for f in _merged(self._earlier.findings, now)]
-            state["notes"] = list(dict.fromkeys(self._earlier.notes + state["notes"]))
+            state["notes"] = unique(self._earlier.notes + state["notes"])
         return state
 
 
-_EARLIER_FITS = "were earlier fits with this callback: their findings are kept, the series are this fit's"
+_EARLIER_FITS = "earlier_fits"  # the code of the note that says so
 
 
 def continued(earlier: Summary, summary: Summary) -> Summary:
     """This fit's summary with what the earlier fits found: their findings (replaced by this fit's where
     the cause, metric and place are the same), notes and errors."""
-    notes = [f"steps 1-{earlier.steps} {_EARLIER_FITS}"] + [n for n in earlier.notes if _EARLIER_FITS not in n]
+    notes = [msg(_EARLIER_FITS, steps=earlier.steps)] + [n for n in earlier.notes if _EARLIER_FITS not in codes(n)]
     return dataclasses.replace(
-        summary, findings=_merged(earlier.findings, summary.findings), notes=list(dict.fromkeys(notes + summary.notes)),
+        summary, findings=_merged(earlier.findings, summary.findings), notes=unique(notes + summary.notes),
         errors=earlier.errors + [e for e in summary.errors if e not in earlier.errors])
 
 

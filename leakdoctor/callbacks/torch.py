@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from leakdoctor import doctor
 from leakdoctor.framework import PLAIN, Ending, Framework
 from leakdoctor.base.integration import Integration
+from leakdoctor.base.messages import msg
 from leakdoctor.integrations import torch as torch_integration
 from leakdoctor.lifecycle import stopping
 from leakdoctor.reporting import ranks
@@ -167,14 +168,11 @@ def _alone(summary: Summary, exception: BaseException | None, ending: Ending) ->
         return summary
     unattended = ending.unattended
     if exception is not None:
-        why = f"the run ended with {type(exception).__name__}"
+        why = msg("ended_with", error=type(exception).__name__)
     else:
-        why = ("finish() was never called, and the doctor was finished "
-               + ("at interpreter exit" if unattended == "exit" else
-                  "when it was garbage-collected" if unattended == "collected" else f"on {unattended}"))
-    note = (f"{why}: the summaries of the other {world - 1} rank(s) were not gathered (they may never "
-            f"reach the collective), so this summary is rank {ending.settings.rank}'s alone")
+        why = msg("never_finished", how=msg("at_exit") if unattended == "exit" else msg(
+            "when_collected") if unattended == "collected" else msg("on_signal", signal=unattended))
+    note = msg("not_gathered", why=why, others=world - 1, rank=ending.settings.rank)
     return dataclasses.replace(summary, notes=[*summary.notes, note])
 
 
-__all__ = ["Gathering", "LeakDoctor", "torch_part"]

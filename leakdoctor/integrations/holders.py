@@ -15,6 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.base.source import calling_line, frame_locals, is_user_file, short_path, stored_value, storing_line
 from leakdoctor.integrations import heap
 
@@ -332,17 +333,17 @@ def _enterable(obj: Any) -> bool:
                                        or inspect.isframe(obj) or inspect.iscode(obj) or isinstance(obj, weakref.ref))
 
 
-def keep_instead(value: str, sample: Any = None) -> str:
+def keep_instead(value: str, sample: Any = None) -> Record:
     """What to keep instead of `value` (the code the user stores), a tensor with its autograd graph, as a fix
     text: `value.item()` only for a one-element tensor (it raises on a larger one); for a larger one
     `value.detach()` or a summary statistic; where no kept tensor could be read (`sample` None), both with
     the condition. `sample` is one of the kept tensors (any framework's: it has `numel()` or `size`)."""
     elements = _elements(sample)
     if elements == 1:
-        return f"{value}.detach() or {value}.item()"
+        return msg("keep_scalar", value=value)
     if elements is not None:
-        return f"{value}.detach() (or a summary of it, such as {value}.mean().item())"
-    return f"{value}.detach() or {value}.item() (where it is a single number)"
+        return msg("keep_detached", value=value)
+    return msg("keep_either", value=value)
 
 
 def _elements(sample: Any) -> int | None:

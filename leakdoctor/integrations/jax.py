@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from leakdoctor.base.evidence import Evidence, Rule
 from leakdoctor.base.findings import Finding
+from leakdoctor.base.messages import Record, msg, render
 from leakdoctor.base.integration import Cleanup, Integration
 from leakdoctor.base.metric import FunctionProbe, MetricSpec
 from leakdoctor.base.source import caller_frame, is_user_file, short_path, user_site
@@ -194,6 +195,11 @@ class CompileActivity:
         ranked = sorted(self.functions.items(), key=lambda kv: -kv[1][0])[:n]
         return ", ".join(f"{name} {count}x ({format_value(sec, 'seconds')})" for name, (count, sec) in ranked)
 
+    def rows(self, n: int = 3) -> list[dict[str, Any]]:
+        """The functions compiled most often: each one's name, compiles and seconds spent compiling."""
+        ranked = sorted(self.functions.items(), key=lambda kv: -kv[1][0])[:n]
+        return [{"function": name, "count": count, "seconds": sec} for name, (count, sec) in ranked]
+
     def most_compiled(self) -> str | None:
         """The function compiled most often in the window ('jit(train_step)')."""
         return max(self.functions, key=lambda f: self.functions[f][0]) if self.functions else None
@@ -325,6 +331,10 @@ class ArrayGrowth:
     def top(self, n: int = 3) -> str:
         return ", ".join(f"+{count} {kind} ({format_value(size, 'bytes')})" for kind, count, size in self.rows[:n])
 
+    def records(self, n: int = 3) -> list[dict[str, Any]]:
+        """The kinds of arrays gained most: each one's kind ('float32[4] on cpu'), count and bytes."""
+        return [{"arrays": kind, "count": count, "size": size} for kind, count, size in self.rows[:n]]
+
 
 def _kind(array: Any, platform: str) -> str:
     return f"{array.dtype}[{','.join(map(str, array.shape))}] on {platform}"
@@ -391,7 +401,10 @@ class CondSite:
     retraced: bool
 
     def describe(self) -> str:
-        return f"lax.cond at {self.location} ({self.function}; branches {', '.join(self.branches)})"
+        return render(self.record())
+
+    def record(self) -> Record:
+        return msg("lax_cond", site=self.location, function=self.function, branches=list(self.branches))
 
 
 @dataclass
@@ -504,14 +517,14 @@ def _compiled_along(ev: Evidence, accepted: list[Finding]) -> bool:
     return all(later - earlier >= span / 2 for earlier, later, span in zip(counts, counts[1:], spans))
 
 
-def _compile_facts(ev: Evidence) -> str:
+def _compile_facts(ev: Evidence) -> Record:
     """'jax_compiles grew 8 in 4 steps (2/step)', also for a count that was not a suspect (whose growth
     the evidence does not judge): then read from the ladders at the window's ends."""
     if COMPILES in ev.suspects:
         return ev.describe(COMPILES)
     risen = (ev.end.after(COMPILES) or 0.0) - (ev.begin.after(COMPILES) or 0.0)
-    return (f"{COMPILES} grew {format_value(risen, 'count')} in {ev.steps} steps "
-            f"({format_value(risen / ev.steps, 'count')}/step)")
+    return msg("grew", metric=COMPILES, growth=risen, steps=ev.steps, pace=risen / ev.steps, unit="count",
+               trend=None)
 
 
 def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
@@ -532,18 +545,17 @@ def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
     activity: CompileActivity = ev.reports.get("jax_compiles") or CompileActivity({}, [])
     conds: CondReport | None = ev.reports.get("jax_cond_scan")
     rss = _rss_part(ev, accepted)
-    facts = _compile_facts(ev) + (f"; compiled in the window: {activity.top()}" if activity.functions else "") \
-        + (f"; {ev.describe(RSS)}, the compiled executables stay cached" if rss else "")
+    facts = [_compile_facts(ev)]
+    if activity.functions:
+        facts.append(msg("compiled_in_window", functions=activity.rows()))
+    if rss:
+        facts.append(msg("executables_cached", growth=ev.describe(RSS)))
     if conds and conds.retraced and activity.compiled("cond"):
         site = conds.retraced[0]
         return [ev.finding(
             "compile_cache", COMPILES, location=site.location, subject=conds, explains=(COMPILES, *rss),
-            evidence=f"{facts}; the optimizer's {site.describe()} has branches that are new closures on every "
-                     f"call, so outside jax.jit every update traces and compiles the cond again",
-            recommendation="jit the update (jax.jit on the training step, or on tx.update), which compiles the "
-                           "cond once; or write its branches with jnp.where. remedies='all' applies "
-                           "cond_to_where: the optimizer's update with every cond turned into a select_n "
-                           "(same results, no compile per step)",
+            evidence=msg("compile_facts", facts=[*facts, msg("cond_retraced", cond=site.record())]),
+            recommendation=msg("jit_the_update"),
         )]
     metric = RSS if rss else COMPILES
     compiled = activity.most_compiled()
@@ -555,26 +567,22 @@ def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         # where the function is defined when that is the user's code; else (a framework's wrapper defined in
         # site-packages: eqx.filter_jit's) the user's line that calls it
         defined = miss.defined_at if _users(miss.defined_at) else called
-        facts += f"; {miss.function} was traced again {count}x: {miss.reason}"
+        facts.append(msg("traced_again", function=miss.function, count=count, reason=miss.reason))
         if called and called != defined:
-            facts += f"; called at {called}"
-        fix = (f"make {miss.function} trace once: pass values that change every step (a learning rate, a step "
-               f"count) as arrays (jnp.asarray(x)) instead of static arguments, Python scalars in closures or "
-               f"changing shapes; define it once, outside the loop")
+            facts.append(msg("called_at", site=called))
+        fix = msg("trace_once", function=miss.function)
     else:
         defined = called
-        fix = ("jit the training step once, keep shapes and static arguments fixed, and define jitted functions "
-               "outside the loop; jax.config.update('jax_explain_cache_misses', True) tells why jax traces again")
+        fix = msg("jit_once")
         if called:
-            facts += f"; {compiled} compiled from {called}"
-    bound = ". remedies='safe' bounds the memory with jax.clear_caches() (clear_cache), at the price of " \
-            "compiling again" if metric == RSS else ""
+            facts.append(msg("compiled_from", function=compiled, site=called))
+    bound = msg("clear_caches_bound") if metric == RSS else None
     # where the function is defined in the user's code, else the user's line that calls it ('file.py:12', as
     # every compile_cache finding is placed, on either metric: one cause at one place reads the same, and the
     # summary keeps one finding of it); the compiled function's name only where no line is known
     return [ev.finding(
         "compile_cache", metric, location=defined or compiled, explains=(COMPILES, *rss),
-        evidence=facts, recommendation=fix + bound,
+        evidence=msg("compile_facts", facts=facts), recommendation=msg("compile_fix", fix=fix, bound=bound),
     )]
 
 
@@ -619,23 +627,19 @@ def live_arrays(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         if metric != pair[0] and _kept_bytes(ev, pair[0], accepted) and (metric == RSS or _holds_enough(ev, growth, platform)):
             metric = pair[0]  # the arrays' own bytes, exact, whichever series opened the investigation
         if metric == pair[1] and not _holds_enough(ev, growth, platform):
-            ev.note(metric, f"not a leak: {ev.describe(metric)}, holding "
-                            f"{format_value(_gained_bytes(growth, platform), 'bytes')}, a history of scalars too "
-                            f"small to matter over the run")
+            ev.note(metric, msg("scalar_history", growth=ev.describe(metric), size=_gained_bytes(growth, platform)))
             continue
         explains: tuple[str, ...] = (metric, *pair, *([RSS] if platform == "cpu" and rss else []))
-        kinds = f"; accumulating: {growth.top()}" if growth.rows else ""
+        kinds = msg("accumulating", arrays=growth.records()) if growth.rows else None
         # the main holder, and others that hold as much as half of it (not the model's current parameters)
         holders = [h for h in growth.holders if 2 * h.count >= growth.holders[0].count][:3]
-        held = f"; held by {', '.join(h.name for h in holders)}" if holders else ""
-        where = f"store Python floats in {holders[0].path} (float(x)) or keep it bounded" if holders else \
-            "store Python floats (float(loss)) or a bounded history"
+        held = msg("held_by", holders=[h.name for h in holders]) if holders else None
+        where = msg("store_floats", holder=holders[0].path) if holders else msg("store_floats_anywhere")
         found.append(ev.finding(
             "device_arrays", metric, explains=tuple(dict.fromkeys(explains)),
             location=holders[0].location(ev.reports.get("tracemalloc")) if holders else f"jax.live_arrays({platform!r})",
-            evidence=f"{ev.describe(metric)}, survived gc.collect(){kinds}{held}",
-            recommendation=f"arrays are kept from step to step (a list of losses or metrics as jax arrays, a "
-                           f"dict of outputs, a growing cache): {where}, and drop references to per-step outputs",
+            evidence=msg("survived_gc", growth=ev.describe(metric), kinds=kinds, held=held),
+            recommendation=msg("jax_arrays_kept", where=where),
         ))
     return found
 

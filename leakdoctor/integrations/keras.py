@@ -36,10 +36,10 @@ from typing import Any, Callable, Mapping
 
 from leakdoctor.base.evidence import Evidence, Rule
 from leakdoctor.base.findings import Finding
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.base.integration import Integration
 from leakdoctor.base.metric import FunctionProbe, MetricSpec
 from leakdoctor.base.source import caller_frame, is_user_file, user_site
-from leakdoctor.base.units import format_value
 from leakdoctor.integrations.holders import Holder, find_holders
 
 ALIVE = "keras_models_alive"
@@ -312,9 +312,10 @@ def _kept(ev: Evidence, metric: str) -> bool:
     return ev.survives(metric) and not (metric == RSS and ev.malloc_kept(metric) is False)
 
 
-def _census(ev: Evidence) -> str:
+def _census(ev: Evidence) -> Record | None:
     census = ev.reports.get("gc_census")
-    return f"; live objects growing: {census.top()}" if census and census.rows else ""
+    return msg("objects_growing", types=[{"type": t, "gained": n} for t, n in census.rows[:3]]) \
+        if census and census.rows else None
 
 
 def models_rule(calls: Calls) -> Rule:
@@ -328,60 +329,49 @@ def models_rule(calls: Calls) -> Rule:
         alive = (ALIVE,) if ALIVE in ev.unexplained(accepted) else ()
         memory = _memory(ev, accepted)
         where = f"{calls.kind}() at {calls.site}" if calls.site else f"{calls.kind}()"
-        models = f"{new} new models in {ev.steps} calls of {where}"
+        models = msg("new_models", count=new, calls=ev.steps, where=where)
         if not memory and model_turnover(ev).referenced:
             memory = _held_models_memory(ev, accepted)
         if not memory:
             return [ev.finding(
                 "compile_cache", COMPILES, location=calls.site, explains=compiles, benign=True,
-                evidence=f"{ev.describe(COMPILES)}; {models}: a new model compiles its own train/predict functions",
-                recommendation="not a leak: a new model compiles once; reuse one model (model.set_weights) if the "
-                               "compile time matters")] if compiles else []
+                evidence=msg("model_compiles", growth=ev.describe(COMPILES), models=models),
+                recommendation=msg("reuse_model"))] if compiles else []
         metric = memory[0]
         turnover = model_turnover(ev, metric)
         explains = tuple(dict.fromkeys([*memory, *compiles, *alive]))
-        held = f"{format_value(turnover.model_bytes, 'bytes')} (variables and optimizer state)"
-        size = f"; each model holds {held}" if metric == ALIVE else \
-            f"; memory grew {format_value(turnover.growth_per_model, 'bytes')} per new model, which holds {held}"
-        also = "".join(f"; {ev.describe(m)}" for m in memory[1:])
+        size = msg("model_holds", size=turnover.model_bytes) if metric == ALIVE else \
+            msg("per_new_model", growth=turnover.growth_per_model, size=turnover.model_bytes)
+        also = [msg("also", growth=ev.describe(m)) for m in memory[1:]]
         if not (turnover.referenced or turnover.piling or _kept(ev, metric)):
-            refault = "; what survived the cleanups is pages that malloc_trim gave back, touched again (malloc's " \
-                      "bytes in use stayed level)" if ev.survives(metric) else ""
+            refault = msg("refaulted") if ev.survives(metric) else None
             return [ev.finding(  # its own place: a leak found at calls.site would be another finding
                 "python_objects", metric, location=f"{where}, each model replacing the last", benign=True,
-                explains=explains, evidence=f"{ev.describe(metric)}{also}; {models}{size}: the models do not "
-                f"pile up, the C heap settles around models that come and go{refault}",
-                recommendation="not a leak: each old model is freed at the next garbage collection")]
+                explains=explains, evidence=msg("models_settle", growth=ev.describe(metric), also=also, models=models,
+                                                size=size, refault=refault),
+                recommendation=msg("models_freed"))]
         location = calls.site
         if turnover.referenced:
             holder = _models_holder(calls)
-            held = f": held by {holder.name}" if holder else \
-                " (kept in a list or dict, or by the History objects that fit() returns: History.model is the model)"
+            held = msg("models_held_by", holder=holder.name) if holder else msg("models_held_unknown")
             cause = "python_objects"
-            why = f"; {turnover.survived} old models are still referenced after gc.collect(){held}"
-            keep = f"do not keep each model in {holder.path}; " if holder else ""
-            advice = (f"drop the references to old models ({keep}keep history.history, the dict, not the History "
-                      f"object), then call "
-                      f"keras.backend.clear_session() before building each new model")
+            why = msg("models_referenced", count=turnover.survived, held=held)
+            keep = msg("do_not_keep_models", holder=holder.path) if holder else None
+            advice = msg("drop_old_models", keep=keep)
             location = holder.location(ev.reports.get("tracemalloc")) if holder else location
         elif turnover.piling:
-            taken = "gc.collect() took it back" if ev.reclaimed_by(metric) == "gc_collect" else \
-                "Python's own full collection freed the old models just before the ladder, and malloc_trim took it back"
-            cause, why = "python_objects", (
-                f"; {taken}: a Keras model sits in reference cycles, which only a full garbage "
-                f"collection frees, and Python runs one rarely on a heap this large, so old models (up to "
-                f"{turnover.freed} at a time here) and what they hold stay, and the C heap fragments around them"
-                if not ev.survives(metric) else "; the old models' memory is not given back")
-            advice = ("call keras.backend.clear_session() before building each new model (it resets Keras's "
-                      "global state and runs a full gc.collect()), or `del model; gc.collect()` after each")
+            taken = msg("gc_took_back") if ev.reclaimed_by(metric) == "gc_collect" else msg("collected_then_trimmed")
+            cause, why = "python_objects", (msg("models_in_cycles", taken=taken, count=turnover.freed)
+                                            if not ev.survives(metric) else msg("not_given_back"))
+            advice = msg("clear_session_or_del")
         else:
-            cause, why = "native_memory", "; the old models were freed, yet memory kept growing with each new one"
-            advice = ("call keras.backend.clear_session() before building each new model: it also resets the "
-                      "backend's caches (TensorFlow's graph and kernel cache, torch.compile's cache)")
+            cause, why = "native_memory", msg("models_freed_memory_grew")
+            advice = msg("clear_session_caches")
         return [ev.finding(
             cause, metric, location=location, subject=turnover, explains=explains,
-            evidence=f"{ev.describe(metric)}{also}; {models}{size}{why}{_census(ev)}",
-            recommendation=f"{advice}; remedies='all' calls clear_session between calls (clear_session)")]
+            evidence=msg("models_kept", growth=ev.describe(metric), also=also, models=models, size=size, why=why,
+                         census=_census(ev)),
+            recommendation=msg("clear_session_remedy", advice=advice))]
 
     return Rule(15, models_in_a_loop)
 
@@ -408,20 +398,17 @@ def retrace_rule(calls: Calls) -> Rule:
         kinds = sorted({STEP_FUNCTIONS[s] for s in steps})
         count = sum(n for name, (n, _) in activity.functions.items() if any(s in name for s in steps))
         repeated = activity.repeated_miss()
-        reason = f"; jax says: {repeated[0].reason}" if repeated else ""
+        reason = msg("jax_says", reason=repeated[0].reason) if repeated else None
         memory = _memory(ev, accepted)
         rss = [m for m in memory if m == RSS]
         metric = rss[0] if rss else COMPILES
         where = f"{calls.kind}() at {calls.site}" if calls.site else "/".join(f"{k}()" for k in kinds)
-        memory_note = f"; {ev.describe(RSS)}: each compiled executable is kept" if rss else ""
+        memory_note = msg("executable_kept", growth=ev.describe(RSS)) if rss else None
         return [ev.finding(
             "compile_cache", metric, location=calls.site or where, explains=(COMPILES, *rss),
-            evidence=f"{ev.describe(COMPILES)}; Keras compiled {', '.join(steps)} {count}x in {ev.steps} steps "
-                     f"of {where} with the same model: a new input shape every time{reason}{memory_note}",
-            recommendation=f"{'/'.join(k + '()' for k in kinds)} compiles its step function once per input shape: "
-                           f"give it inputs of a few fixed shapes (pad or bucket them to a fixed batch size, or "
-                           f"batch them and call once); remedies='safe' bounds the memory with jax.clear_caches() "
-                           f"(clear_cache), at the price of compiling again")]
+            evidence=msg("keras_compiled", growth=ev.describe(COMPILES), functions=steps, count=count,
+                         steps=ev.steps, where=where, reason=reason, memory=memory_note),
+            recommendation=msg("fixed_shapes", calls="/".join(k + "()" for k in kinds)))]
 
     return Rule(18, keras_retracing)
 

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from leakdoctor.base.evidence import Evidence, Rule
 from leakdoctor.base.findings import Finding
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.base.integration import Cleanup, Integration
 from leakdoctor.base.metric import FunctionProbe, MetricSpec
 from leakdoctor.base.source import caller_frame, frame_locals, frame_location, short_path, source_line
@@ -298,6 +299,10 @@ class KeptArrays:
 
     def top(self, n: int = 3) -> str:
         return ", ".join(f"+{count} {kind} ({format_value(size, 'bytes')})" for kind, count, size in self.rows[:n])
+
+    def records(self, n: int = 3) -> list[dict[str, Any]]:
+        """The kinds of arrays gained most: each one's kind, count and bytes."""
+        return [{"arrays": kind, "count": count, "size": size} for kind, count, size in self.rows[:n]]
 
 
 def _array_kind(array: Any) -> str:
@@ -568,14 +573,14 @@ def _identity(x: Any) -> Any:
 
 # --- rules -----------------------------------------------------------------------------------------
 
-def _active(ev: Evidence) -> str:
+def _active(ev: Evidence) -> Record | None:
     """What MLX's active memory did during the window, for the evidence."""
     if ACTIVE in ev.confirmed:
-        return f"; MLX active memory grew too ({format_value(ev.growth(ACTIVE), 'bytes')})"
+        return msg("active_grew", growth=ev.growth(ACTIVE))
     start, stop = ev.begin.after(ACTIVE), ev.end.before(ACTIVE)
     if start is None or stop is None:
-        return ""
-    return f"; MLX active memory stayed flat ({format_value(stop - start, 'bytes')} in {ev.steps} steps)"
+        return None
+    return msg("active_flat", growth=stop - start, steps=ev.steps)
 
 
 def lazy_graph(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
@@ -593,26 +598,18 @@ def lazy_graph(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
     if chain.state:
         return [ev.finding(
             "lazy_graph", metric, location=chain.location, explains=explains, subject=chain,
-            evidence=f"{ev.describe(metric)}" + (_active(ev) if metric == RSS else "")
-                     + f"; {STATE} were still not evaluated {ev.steps} steps later: every optimizer.update "
-                     f"chains onto a graph that is never computed, so the whole history stays in memory (and is "
-                     f"computed at once, in a spike, when something finally evaluates it)",
-            recommendation=(f"evaluate the state after each call of {chain.step}(): mx.eval({STATE}) right after "
-                            f"it (at {chain.location}), outside the function (no mx.eval inside an mx.compile'd one)"
-                            if chain.step else f"evaluate the state after each update: mx.eval({STATE}) right after "
-                            f"optimizer.update (at {chain.location})") + "; remedy force_eval does this when "
-                                                                        "remedies='safe'",
+            evidence=msg("state_not_evaluated", growth=ev.describe(metric),
+                         active=_active(ev) if metric == RSS else None, state=STATE, steps=ev.steps),
+            recommendation=msg("eval_state_after_call", function=chain.step, state=STATE, site=chain.location)
+            if chain.step else msg("eval_state_after_update", state=STATE, site=chain.location),
         )]
-    names = ", ".join(f"`{c.name}`" for c in chains)
+    names = [c.name for c in chains]
     expr, key = chain.name.split("[", 1)[0], _key(chain.name)
     return [ev.finding(
         "lazy_graph", metric, location=chain.location, explains=explains, subject=chain,
-        evidence=f"{ev.describe(metric)}; never evaluated and rebuilt from its previous value every step: "
-                 f"{names}; the graph ({chain.edges} edges behind `{chain.name}`) chains across steps and keeps "
-                 f"every step's inputs alive",
-        recommendation=f"evaluate `{chain.name}` every step, with the state: mx.eval({STATE}, {expr}), or "
-                       f"accumulate a Python number (.item()); or pass it to the doctor, doctor.step({key}={expr}), "
-                       f"and remedies='safe' evaluates it each step (force_eval)",
+        evidence=msg("never_evaluated", growth=ev.describe(metric), names=names, edges=chain.edges,
+                     name=chain.name),
+        recommendation=msg("eval_chain", name=chain.name, state=STATE, expr=expr, key=key),
     )]
 
 
@@ -634,24 +631,21 @@ def kept_arrays(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
     rss = RSS in open_metrics and ev.growth(ACTIVE) >= 0.3 * min(ev.growth(RSS), ev.expected(RSS)) > 0
     explains = (ACTIVE, *([RSS] if rss else []))
     location = holder.location(ev.reports.get("tracemalloc"))
-    held = f"; of {census.sampled} new ones sampled, held by {', '.join(f'{h.name} ({h.count})' for h in holders)}"
-    kinds = f"; arrays gained: {census.top()}" if census.rows else ""
-    growth = ev.describe(ACTIVE) + (f"; {ev.describe(RSS)}" if rss else "")
+    held = msg("sampled_held_by", sampled=census.sampled,
+               holders=[{"holder": h.name, "count": h.count} for h in holders])
+    kinds = msg("arrays_gained", arrays=census.records()) if census.rows else None
+    growth = [ev.describe(ACTIVE), *([msg("also", growth=ev.describe(RSS))] if rss else [])]
     if census.lazy * 2 >= census.sampled:
         return [ev.finding(
             "lazy_graph", ACTIVE, location=location, explains=explains,
-            evidence=f"{growth}{kinds}{held}; {census.lazy} of the {census.sampled} never evaluated: each keeps "
-                     f"its unevaluated graph and everything the graph reads (the step's inputs, the parameters of "
-                     f"its step)",
-            recommendation=f"store Python numbers in {holder.path} (x.item()), or evaluate what you store "
-                           f"(mx.eval) and keep it bounded; force_eval evaluates the model and optimizer state, "
-                           f"not {holder.path}",
+            evidence=msg("kept_lazy", growth=growth, kinds=kinds, held=held, lazy=census.lazy,
+                         sampled=census.sampled),
+            recommendation=msg("store_numbers_or_eval", holder=holder.path),
         )]
     return [ev.finding(
         "device_arrays", ACTIVE, location=location, explains=explains,
-        evidence=f"{growth}, survived cleanup{kinds}{held}",
-        recommendation=f"arrays are kept from step to step: store Python numbers in {holder.path} (x.item()) or "
-                       f"keep it bounded, and drop references to per-step outputs",
+        evidence=msg("survived_cleanup", growth=growth, kinds=kinds, held=held),
+        recommendation=msg("store_numbers", holder=holder.path),
     )]
 
 
@@ -674,18 +668,13 @@ def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         return []
     metric = TRACES
     changing = traces.changing(name)
-    memory = "".join(f"; {ev.describe(m)}" for m in (RSS, ACTIVE) if m in ev.confirmed)
-    growth = ev.describe(metric) if metric in ev.suspects else f"{TRACES} grew by {count}"
+    memory = [msg("also", growth=ev.describe(m)) for m in (RSS, ACTIVE) if m in ev.confirmed]
+    growth = ev.describe(metric) if metric in ev.suspects else msg("grew_by", metric=TRACES, count=count)
     finding = ev.finding(
         "compile_cache", metric, location=where, explains=tuple(dict.fromkeys((metric, *grown, RSS))),  # graphs kept
-        evidence=f"{growth}{memory}; the mx.compile'd function {name} was traced {count} times in "
-                 f"{ev.steps} steps" + (f", its arguments changing: {changing}" if changing else "")
-                 + ": each call with an input shape, dtype or Python constant it has not seen compiles a new "
-                   "graph, and MLX keeps every one in its compile cache",
-        recommendation=f"compile {name} with mx.compile(..., shapeless=True) if only dimension sizes change (it "
-                       f"then traces once for any size), or pad its inputs to a few bucket sizes so it traces "
-                       f"once per bucket; pass changing Python values as arrays; never create compiled functions "
-                       f"inside the loop",
+        evidence=msg("traced", growth=growth, memory=memory, function=name, count=count, steps=ev.steps,
+                     changing=msg("arguments_changing", arguments=changing) if changing else None),
+        recommendation=msg("shapeless", function=name),
     )
     # the sentinel counts at most a trace a sample; the window's full count is the rate
     return [finding if metric in ev.suspects else replace(finding, rate_per_step=count / ev.steps)]
@@ -700,11 +689,8 @@ def buffer_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         return []
     return [ev.finding(
         "allocator_cache", CACHE, benign=True, reclaimed_by="clear_cache", explains=tuple(dict.fromkeys([CACHE, *cached])),
-        evidence=f"{ev.describe(cached[0])}{_active(ev)}; mx.clear_cache() took it back: MLX keeps freed buffers for "
-                 f"reuse and, when shapes vary, a buffer of every size it has seen, up to the cache limit",
-        recommendation="not a leak; if the memory is needed elsewhere, cap the cache with mx.set_cache_limit(bytes) "
-                       "(remedy cap_cache sets it from the measured working set) rather than calling "
-                       "mx.clear_cache() every step, which slows fixed-shape training",
+        evidence=msg("mlx_cache", growth=ev.describe(cached[0]), active=_active(ev)),
+        recommendation=msg("cap_cache"),
     )]
 
 

@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 import psutil
 
 from leakdoctor.base.evidence import ACCOUNTED, HEAP, MAPPED, Evidence, Rule
+from leakdoctor.base.messages import msg
 from leakdoctor.base.integration import Cleanup, Integration
 from leakdoctor.base.metric import MetricSpec
 from leakdoctor.integrations.private import PrivateMemory
@@ -29,7 +30,6 @@ from leakdoctor.integrations.private import PrivateMemory
 #: growth of small Python objects keeps, which malloc's bytes in use do not count).
 PYTHON = "python_bytes"
 from leakdoctor.base.findings import Finding
-from leakdoctor.base.units import format_value
 from leakdoctor.integrations import limits
 
 
@@ -595,21 +595,16 @@ def workers_rule(probe: WorkerProbe) -> Rule:
         if GROWN not in ev.unexplained(accepted) or not ev.survives(GROWN):
             return []
         alone = probe.alone
-        sizes = ", ".join(format_value(u, "bytes") for u in alone)
+        sizes = [float(u) for u in alone]
         new = ev.kept(NEW) if ev.end.after(NEW) is not None else None
         if new is not None and new < ACCOUNTED * ev.expected(GROWN):
-            ev.note(GROWN, f"not a leak of the workers' own: {ev.describe(GROWN)}, in pages they shared with this "
-                           f"process (their new anonymous memory grew {format_value(new, 'bytes')}): copy-on-write "
-                           f"of what they share, at most all of it (they hold {sizes} alone)")
+            ev.note(GROWN, msg("shared_pages", growth=ev.describe(GROWN), new=new, sizes=sizes))
             return []
         return [ev.finding(
             "dataloader_workers", GROWN, explains=(GROWN, NEW),
-            evidence=f"{ev.describe(GROWN)} across {len(alone)} worker process(es), which now hold {sizes} alone"
-                     + (f"; {format_value(new, 'bytes')} of it new memory of their own" if new else ""),
-            recommendation="look at what the workers keep from one sample to the next (a list or cache on the "
-                           "dataset, a module-level dict); workers touching Python objects (lists, dicts of "
-                           "str/int) write their reference counts and so copy every page they read "
-                           "(pytorch#13246): keep the dataset in numpy arrays, Arrow tables or a memory-mapped file",
+            evidence=msg("workers_grew", growth=ev.describe(GROWN), workers=len(alone), sizes=sizes,
+                         new=msg("new_of_their_own", size=new) if new else None),
+            recommendation=msg("workers_keep"),
         )]
 
     return Rule(40, dataloader_workers)

@@ -19,11 +19,11 @@ from leakdoctor.base.evidence import Evidence, Rule
 from leakdoctor.base.findings import Finding
 from leakdoctor.base.guard import Guard
 from leakdoctor.base.integration import Cleanup, Integration
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.base.metric import MetricSpec
 from leakdoctor.base.source import (class_region, code_location, is_engine, is_user_file, short_path, storing_line,
                                     storing_near)
 from leakdoctor.base.trend import is_material
-from leakdoctor.base.units import format_value
 from leakdoctor.integrations import heap
 from leakdoctor.integrations.holders import CONTAINERS, Holder, keep_instead
 from leakdoctor.reading.gauges import TIMEOUT, Gauges
@@ -375,15 +375,15 @@ def new_items_bytes(container: Any, count: int) -> float:
     return count * sum(map(item_bytes, items)) / len(items) if items else 0.0
 
 
-def _where_allocated(ev: Evidence) -> str:
+def _where_allocated(ev: Evidence) -> Record | None:
     growth = ev.reports.get("tracemalloc")
     site = growth.top if growth else None
-    return f"; allocations growing at {site.location} (+{format_value(site.size, 'bytes')})" if site else ""
+    return msg("allocations_growing", site=site.location, size=site.size) if site else None
 
 
-def _types(ev: Evidence) -> str:
+def _types(ev: Evidence) -> Record | None:
     census = ev.reports.get("gc_census")
-    return f"; live objects growing: {census.top()}" if census and census.rows else ""
+    return msg("objects_growing", types=[{"type": t, "gained": n} for t, n in census.rows[:3]]) if census and census.rows else None
 
 
 def container_rule(watchlist: Watchlist) -> Rule:
@@ -405,9 +405,8 @@ def container_rule(watchlist: Watchlist) -> Rule:
             if metric not in ev.suspects and not (held and _holds_the_rss_growth(ev, held)):
                 continue
             if not graphs and not _costs_something(ev, metric, held, history=_numbers(items)):
-                ev.note(metric, f"not a leak: {ev.describe(metric)}" + (f", holding about "
-                        f"{format_value(held, 'bytes')}" if held else "") + ", a history too small to matter over "
-                        "the run, and step time is flat")
+                ev.note(metric, msg("small_history", growth=ev.describe(metric),
+                                    held=msg("holding_about", size=held) if held else None))
                 continue
             # the graphs' saved activations are what resident memory gains; their tensors' sizes hide them
             explains = [metric] + (["rss_bytes"] if _holds_the_rss_growth(ev, held) or graphs and "rss_bytes"
@@ -415,8 +414,9 @@ def container_rule(watchlist: Watchlist) -> Rule:
             accounts = {"rss_bytes": held} if held and "rss_bytes" in explains else {}
             name = spec.where.split(" (")[0] if spec.where else metric
             location = container_location(watchlist, metric, ev.reports.get("container_sites")) or spec.where
-            evidence = f"{ev.describe(metric)}" + (f", about {format_value(held, 'bytes')} of new items"
-                                                   if held else "") + step_time_note(ev) + _where_allocated(ev)
+            evidence = msg("container_grew", growth=ev.describe(metric),
+                           items=msg("new_items", size=held) if held else None, step_time=step_time_note(ev),
+                           allocated=_where_allocated(ev))
             stores = stored(container, items, name)
             if graphs:  # tensors that keep their autograd graphs: detach_retained can free those in place
                 found.append(_retained(ev, watchlist, metric, location, tuple(explains), items, stores, evidence))
@@ -425,8 +425,7 @@ def container_rule(watchlist: Watchlist) -> Rule:
                 "container_growth", metric, location=location, explains=tuple(explains), subject=container,
                 accounts=accounts,
                 evidence=evidence,
-                recommendation=(f"{stores}: " if stores else "") + f"bound or clear {name} (clear it at epoch "
-                               f"end, keep a fixed-size deque, or store summaries instead of objects)",
+                recommendation=msg("bound_or_clear", stores=msg("lead", what=stores) if stores else None, holder=name),
             ))
         return found
 
@@ -434,7 +433,7 @@ def container_rule(watchlist: Watchlist) -> Rule:
 
 
 def _retained(ev: Evidence, watchlist: Watchlist, metric: str, location: str | None, explains: tuple[str, ...],
-              items: list[Any], stores: str, evidence: str) -> Finding:
+              items: list[Any], stores: Record | None, evidence: Record) -> Finding:
     """A watched container whose new items are tensors holding their autograd graphs (no framework
     integration saw them first): retained_graph, with the container as the holder detach_retained acts on."""
     watched = watchlist.watched(metric)
@@ -447,10 +446,9 @@ def _retained(ev: Evidence, watchlist: Watchlist, metric: str, location: str | N
                           watched.value, watched.rebind)]
     return ev.finding(
         "retained_graph", metric, location=location, explains=explains, subject=subject,
-        evidence=f"{evidence}; its new items are tensors with grad_fn, each keeping its step's autograd graph",
-        recommendation=f"{stores}: store {keep_instead('loss', sample)} in {name}, not the tensor with its autograd "
-                       f"graph (or compute it under torch.no_grad()), and clear {name} once it is used"
-                       + _detach_note(ev, bool(subject)),
+        evidence=msg("items_keep_graphs", growth=evidence),
+        recommendation=msg("store_detached", stores=msg("lead", what=stores), instead=keep_instead("loss", sample), holder=name,
+                           remedy=_detach_note(ev, bool(subject))),
     )
 
 
@@ -458,27 +456,27 @@ def _has_graph(item: Any) -> bool:
     return getattr(item, "grad_fn", None) is not None
 
 
-def _detach_note(ev: Evidence, reachable: bool) -> str:
+def _detach_note(ev: Evidence, reachable: bool) -> Record | None:
     """What remedies can do about kept graphs here, or why they cannot."""
     if not reachable:
-        return "; detach_retained cannot act: the container holding the tensors could not be reached again"
+        return msg("detach_unreachable")
     if "detach_retained" in ev.remedies:
-        return ""
-    return "; remedies='all' (or ['detach_retained']) detaches the kept tensors in place after every step"
+        return None
+    return msg("allow_detach", remedy="detach_retained")
 
 
-def stored(container: Any, items: list[Any], name: str) -> str:
+def stored(container: Any, items: list[Any], name: str) -> Record | None:
     """'the list Trainer.history stores bytearray objects of about 195.3 KiB each': what the code keeps in
     a container, from its newest items ('' when there are none)."""
     if not items or container is None:
-        return ""
+        return None
     if any(_has_graph(item) for item in items):
-        what = "tensors with grad_fn (each keeps its step's autograd graph, and the activations it saved, alive)"
+        what = msg("graph_tensors")
     else:
         kind = Counter(describe_item(item) for item in items).most_common(1)[0][0]
         size = sum(map(item_bytes, items)) / len(items)
-        what = f"{kind} objects of about {format_value(size, 'bytes')} each"
-    return f"the {type(container).__name__} {name} stores {what}"
+        what = msg("objects_of_size", kind=kind, size=size)
+    return msg("stores", kind=type(container).__name__, holder=name, what=what)
 
 
 def describe_item(item: Any) -> str:
@@ -584,12 +582,12 @@ def slows_the_step(ev: Evidence) -> bool:
         min(trend.slope, trend.slope_low) * trend.span >= SLOWER * trend.first > 0
 
 
-def step_time_note(ev: Evidence) -> str:
-    """'; step time rising ...' when the CPU time per step grows (the Burn case: a collection walked
+def step_time_note(ev: Evidence) -> Record | None:
+    """'; CPU time per step rising ...' when the CPU time per step grows (the Burn case: a collection walked
     every step)."""
     if not slows_the_step(ev):
-        return ""
-    return f"; CPU time per step rising by {format_value(ev.trends['step_cpu_seconds'].slope, 'seconds')}/step"
+        return None
+    return msg("cpu_rising", rate=ev.trends["step_cpu_seconds"].slope)
 
 
 def garbage_cycles(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
@@ -604,19 +602,17 @@ def garbage_cycles(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         if ev.specs[metric].unit != "bytes" or ev.survives(metric) or ev.reclaimed_by(metric) != "gc_collect":
             continue
         if collector_on():
-            ev.note(metric, f"not a leak: {ev.describe(metric)}, garbage that Python's garbage collector, "
-                            f"which is on, frees at its next full collection; gc.collect() took it back")
+            ev.note(metric, msg("collector_on", growth=ev.describe(metric)))
             continue
         growth, cycles = ev.reports.get("tracemalloc"), ev.reports.get("gc_cycles")
         made = cycles.sites[0][1] if cycles and cycles.sites else None
         found.append(ev.finding(
             "python_objects", metric, reclaimed_by="gc_collect",
             location=made or (growth.top.location if growth and growth.top else None),
-            evidence=f"{ev.describe(metric)}; gc.collect() took it back: objects in reference cycles pile up "
-                     f"and the garbage collector does not run (gc disabled, or its threshold 0)"
-                     + (f"; garbage in cycles: {cycles.top()}" if made else _types(ev)),
-            recommendation="break the reference cycles (weakref for back-references, del the closure), or "
-                           "collect periodically (remedy gc_collect does gc.collect() within a 1% time budget)",
+            evidence=msg("cycles_pile_up", growth=ev.describe(metric),
+                         census=msg("cycle_census", garbage=[{"type": t, "site": at, "count": n} for t, at, n in cycles.sites[:3]]) if made
+                         else _types(ev)),
+            recommendation=msg("break_cycles"),
         ))
     return found
 
@@ -634,14 +630,13 @@ def python_objects(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         return []
     site = growth.top
     if site.size < 0.3 * ev.unmeasured(metric, accepted) or \
-            any(f.location == site.location for f in accepted if metric in f.explains):
+            any(f.where == site.location for f in accepted if metric in f.explains):
         return []
     return [ev.finding(
         "python_objects", metric, location=site.location, accounts={metric: float(site.size)},
-        evidence=f"{ev.describe(metric)}; {format_value(site.size, 'bytes')} in {site.count} live allocations "
-                 f"made at {site.location} during the window survived gc.collect()" + _types(ev),
-        recommendation=f"something created at {site.location} is kept from step to step: find who holds it "
-                       f"(a list, a dict, a closure, a global) and drop or bound it",
+        evidence=msg("allocations_survived", growth=ev.describe(metric), size=site.size, count=site.count,
+                     site=site.location, types=_types(ev)),
+        recommendation=msg("find_who_holds", site=site.location),
     )]
 
 

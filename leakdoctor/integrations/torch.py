@@ -20,9 +20,9 @@ from typing import Any, Callable, Mapping
 from leakdoctor.base.evidence import Evidence, Rule
 from leakdoctor.base.findings import Finding
 from leakdoctor.base.integration import Cleanup, Integration
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.base.metric import MetricSpec
 from leakdoctor.base.source import caller_frame, code_location, is_user_file, short_path, stored_attributes
-from leakdoctor.base.units import format_value
 from leakdoctor.integrations.holders import CONTAINERS, live_instances, places
 from leakdoctor.integrations.pages import ItemPages
 from leakdoctor.integrations.process import GROWN, NEW, Throttled
@@ -183,12 +183,11 @@ def device_rule(prefix: str) -> Rule:
         unexplained = ev.unexplained(accepted)
         if allocated in unexplained and ev.survives(allocated):
             census = ev.reports.get("tensor_census")
-            kept = census.kept_on(prefix) if census else ""
+            kept = census.kept_on(prefix) if census else None
             return [ev.finding(
                 "device_arrays", allocated, explains=(allocated, reserved),
-                evidence=f"{ev.describe(allocated)} and survived gc and empty_cache()" + (f"; {kept}" if kept else ""),
-                recommendation="tensors on the device are kept from step to step: look for results stored "
-                               "across steps (lists, dicts, attributes) and store .item() or .cpu() copies",
+                evidence=msg("survived_empty_cache", growth=ev.describe(allocated), kept=kept or None),
+                recommendation=msg("store_item_or_cpu"),
             )]
         if reserved not in unexplained or ev.growing(allocated):
             return []
@@ -197,12 +196,10 @@ def device_rule(prefix: str) -> Rule:
         took_back = ev.reclaimed_by(reserved) == "clear_cache"
         return [ev.finding(
             "allocator_cache", reserved, benign=True, reclaimed_by="clear_cache" if rose else None,
-            evidence=f"{ev.describe(reserved)} while {allocated} stayed flat: PyTorch's caching allocator keeps "
-                     f"freed blocks for reuse" + ("; empty_cache() took it back" if took_back else "")
-                     + (f"; allocation retries rose by {retried:g} (fragmentation)" if rose else ""),
-            recommendation="not a leak; if retries keep rising, set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
-                           "or call torch.cuda.empty_cache() now and then (remedy clear_cache)" if rose else
-                           "not a leak: the cache is reused; nothing to do",
+            evidence=msg("torch_cache", growth=ev.describe(reserved), allocated=allocated,
+                         took_back=msg("empty_cache_took_back") if took_back else None,
+                         retries=msg("retries_rose", count=retried) if rose else None),
+            recommendation=msg("expandable_segments") if rose else msg("cache_reused"),
         )]
 
     return Rule(45, device_memory)
@@ -298,18 +295,17 @@ def hooks_rule(model_ref: Callable[[], Any]) -> Rule:
         if not repeats:
             return [ev.finding(
                 "hook_accumulation", HOOKS, location=ev.specs[HOOKS].where, explains=explains,
-                evidence=f"{ev.describe(HOOKS)}, each a different function" + step_time_note(ev),
-                recommendation="register hooks once, outside the training loop, or keep each handle and call "
-                               "handle.remove() when it is done")]
+                evidence=msg("hooks_differ", growth=ev.describe(HOOKS), step_time=step_time_note(ev)),
+                recommendation=msg("register_hooks_once"))]
         top = repeats[0]
         return [ev.finding(
             "hook_accumulation", HOOKS, location=top.location, explains=explains,
             subject=[(r.module_ref, r.kind) for r in repeats],
-            evidence=f"{ev.describe(HOOKS)}; {top.module} holds {top.repeats + 1} {HOOK_DICTS[top.kind]}s running "
-                     f"{top.function}" + (f" ({len(repeats) - 1} more hook tables hold repeats)" if repeats[1:] else "")
-                     + step_time_note(ev),
-            recommendation=f"register {top.function} once, outside the training loop, or keep the handle that "
-                           f"register_*_hook returns and call handle.remove() after the step")]
+            evidence=msg("hooks_held", growth=ev.describe(HOOKS), module=top.module, count=top.repeats + 1,
+                         kind=HOOK_DICTS[top.kind], function=top.function,
+                         more=msg("more_hook_tables", count=len(repeats) - 1) if repeats[1:] else None,
+                         step_time=step_time_note(ev)),
+            recommendation=msg("register_hook_once", function=top.function))]
 
     return Rule(20, hook_accumulation)
 
@@ -370,7 +366,7 @@ class Copied:
 
     name: str
     owner: type
-    description: str
+    description: Record
     kind: str
     ident: tuple[int, int]  # id and length
     pages: ItemPages
@@ -439,19 +435,15 @@ class CopiedPages(Throttled):
             return None
         owner, kind = type(dataset), type(container).__name__
         # the last item only: reading an item writes its page here (ItemPages.of read that one already)
-        held = f"a Python {kind} of {len(container)} objects ({type(container[-1]).__name__}, ...)"
+        held = msg("python_container", kind=kind, count=len(container), item=type(container[-1]).__name__)
         return Copied(f"{owner.__qualname__}.{attr}", owner, held, kind, ident, pages)
 
     def spec(self, metric: str) -> MetricSpec:
         return MetricSpec(metric, "bytes", source="torch", where=self.copied.name if self.copied else None)
 
 
-def loader_advice(name: str, container: str) -> str:
-    return (f"store {name} as a numpy array (numbers, or fixed-width strings), an Arrow table or a memory-mapped "
-            f"file instead of a Python {container}, so the workers read buffers and write no reference counts; "
-            f"persistent_workers=True keeps the workers, and their copies, from one epoch to the next (the "
-            f"memory stays held all run but is not copied again), while the default False frees it at each "
-            f"epoch's end and copies it again in the next")
+def loader_advice(name: str, container: str) -> Record:
+    return msg("loader_advice", holder=name, kind=container)
 
 
 def datasets_within(dataset: Any, depth: int = 2) -> list[Any]:
@@ -500,13 +492,9 @@ def loader_rule(loader_type: type, probe: CopiedPages) -> Rule:
             grown, now = ev.end.after(GROWN), ev.end.after(COPIED) or 0.0
             return [ev.finding(
                 "dataloader_workers", COPIED, location=copied.location(), explains=explains,
-                evidence=f"{ev.describe(COPIED)}: the forked DataLoader workers have copied "
-                         f"{format_value(now, 'bytes')} of the {format_value(copied.pages.nbytes, 'bytes')} of "
-                         f"pages holding {copied.name}, {copied.description}, pages they only read: each read "
-                         f"writes the object's reference count, so the page holding it is copied into the worker "
-                         f"(copy-on-write, pytorch#13246), until each worker holds a copy of all of it"
-                         + (f"; what the workers hold alone grew {format_value(grown, 'bytes')} since they "
-                            f"started" if grown else ""),
+                evidence=msg("workers_copied", growth=ev.describe(COPIED), copied=now,
+                             pages=copied.pages.nbytes, holder=copied.name, description=copied.description,
+                             alone=msg("workers_alone_grew", size=grown) if grown else None),
                 recommendation=loader_advice(copied.name, copied.kind))]
         if GROWN not in unexplained or not ev.survives(GROWN):
             return []
@@ -519,10 +507,8 @@ def loader_rule(loader_type: type, probe: CopiedPages) -> Rule:
         name = f"{owner.__qualname__}.{attr}"
         return [ev.finding(
             "dataloader_workers", GROWN, location=f"{name} ({code_location(owner)})", explains=explains,
-            evidence=f"{ev.describe(GROWN)}; the DataLoader workers read {name}, a Python "
-                     f"{type(container).__name__} of {len(container)} objects: each read writes the object's "
-                     f"reference count, so the page holding it is copied into the worker "
-                     f"(copy-on-write, pytorch#13246)",
+            evidence=msg("workers_read_container", growth=ev.describe(GROWN), holder=name,
+                         kind=type(container).__name__, count=len(container)),
             recommendation=loader_advice(name, type(container).__name__))]
 
     return Rule(35, dataloader_workers)
@@ -537,14 +523,9 @@ def stored_in_workers(ev: Evidence, datasets: list[Any], explains: tuple[str, ..
     name, kind = f"{owner.__qualname__}.{attr}", type(container).__name__
     return [ev.finding(
         "dataloader_workers", GROWN, location=f"{name} ({line})", explains=explains,
-        evidence=f"{ev.describe(GROWN)} in the DataLoader workers' memory of their own; "
-                 f"{owner.__qualname__}.__getitem__, which each worker runs on its own copy of the dataset, "
-                 f"stores into {name} ({line}): every sample a worker loads is kept in its copy of the "
-                 f"{kind}, which grows until the worker ends (here it holds {len(container)} items, "
-                 f"as the workers' copies did when they started)",
-        recommendation=f"do not keep samples on the dataset in __getitem__: each worker keeps its own copy of "
-                       f"{name}, none of which the training loop sees; cache in the main process, or preprocess "
-                       f"once into a numpy array or a memory-mapped file before the DataLoader starts")]
+        evidence=msg("getitem_stores", growth=ev.describe(GROWN), dataset=owner.__qualname__, holder=name,
+                     line=line, kind=kind, count=len(container)),
+        recommendation=msg("no_samples_on_dataset", holder=name))]
 
 
 # --- the integration ----------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 from leakdoctor.base.evidence import RSS, Evidence, Rule
 from leakdoctor.base.findings import Finding
-from leakdoctor.base.units import format_value
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.integrations.holders import CONTAINERS, Holder, find_holders, keep_instead, live_instances
 from leakdoctor.integrations.python import new_items
 
@@ -64,18 +64,20 @@ class Retained:
     def devices(self) -> set[str]:
         return {device_of(desc) for desc, *_, graph in self.groups if graph}
 
-    def describe(self) -> str:
-        kept = [f"{n} × {desc} ({format_value(b, 'bytes')})" for desc, n, b, graph in self.groups if graph]
-        parts = [f"tensors with grad_fn kept across {self.steps} steps: {', '.join(kept[:3])}"] if kept else []
+    def describe(self) -> list[Record]:
+        """What the census saw, each part a record (the evidence joins them with '; ')."""
+        kept = [{"count": n, "tensors": desc, "size": b} for desc, n, b, graph in self.groups if graph]
+        parts = [msg("graphs_kept", steps=self.steps, groups=kept[:3])] if kept else []
         if self.graph_growth >= self.steps:
-            parts.append(f"autograd graph grew by {self.graph_growth} nodes")
+            parts.append(msg("graph_grew", nodes=self.graph_growth))
         if self.holders:
-            parts.append("held by " + ", ".join(f"{h.name} ({h.count})" for h in self.holders[:3]))
-        return "; ".join(parts)
+            parts.append(msg("held_by_counted", holders=[{"holder": h.name, "count": h.count}
+                                                         for h in self.holders[:3]]))
+        return parts
 
-    def kept_on(self, device: str) -> str:
-        kept = [f"{n} × {desc}" for desc, n, _, _ in self.groups if desc.split()[-1].startswith(device)]
-        return f"tensors gained on {device}: {', '.join(kept[:3])}" if kept else ""
+    def kept_on(self, device: str) -> Record | None:
+        kept = [{"count": n, "tensors": desc} for desc, n, _, _ in self.groups if desc.split()[-1].startswith(device)]
+        return msg("gained_on", device=device, groups=kept[:3]) if kept else None
 
 
 def group_of(t: Any) -> tuple[str, bool]:
@@ -182,18 +184,14 @@ def retained_rule() -> Rule:
         kept = holder.get() if holder else None
         value = (holder.stored() if holder else None) or "loss"
         instead = keep_instead(value, _newest_with_graph(kept))
-        if holder is None or isinstance(kept, CONTAINERS):
-            advice = (f"store {instead} in {name}, not the tensor with its autograd graph "
-                      f"(or compute it under torch.no_grad()), and clear {name} once it is used")
-        else:
-            advice = (f"add {instead} to {name}, not the tensor with its autograd graph (or "
-                      f"compute it under torch.no_grad())")
-        advice = _what_is_kept(holder, kept) + advice + _remedy_note(ev, census.holders)
-        growth = "; ".join(_describe(ev, m, census) for m in dict.fromkeys([metric, *containers]))
+        code = "store_detached" if holder is None or isinstance(kept, CONTAINERS) else "add_detached"
+        advice = msg(code, stores=_what_is_kept(holder, kept), instead=instead, holder=name,
+                     remedy=_remedy_note(ev, census.holders))
+        growth = [_describe(ev, m, census) for m in dict.fromkeys([metric, *containers])]
         found = ev.finding(
             "retained_graph", metric, location=location,
             explains=tuple(dict.fromkeys([metric, *containers, *([memory] if memory else []), *twin])),
-            subject=census.holders, evidence=f"{growth}; {census.describe()}",
+            subject=census.holders, evidence=msg("graphs_census", growth=growth, census=census.describe()),
             recommendation=advice)
         if census.graph_growth > 0:  # the nodes it counted: the proof no series of the run holds
             found.proof = [{"name": "autograd nodes", "unit": "count", "points": [
@@ -235,24 +233,21 @@ def kept_tensors_rule() -> Rule:
             "container_growth" if isinstance(kept, CONTAINERS) else "device_arrays", RSS,
             location=holder.location(ev.reports.get("tracemalloc")), evidence=_kept_evidence(ev, census),
             accounts={RSS: float(held)},
-            recommendation=f"{_what_is_stored(holder, kept)}bound or clear {holder.path.removeprefix('global ')} "
-                           f"(keep the last few, store .item() or summaries instead of tensors, or clear it at "
-                           f"epoch end)",
+            recommendation=msg("bound_tensors", stores=_what_is_stored(holder, kept),
+                               holder=holder.path.removeprefix("global ")),
         )]
 
     return Rule(52, kept_tensors)
 
 
-def _kept_evidence(ev: Evidence, census: Retained) -> str:
+def _kept_evidence(ev: Evidence, census: Retained) -> Record:
     """How resident memory grew, which tensors without a graph were kept, and who holds them (the main
     holder, and others that hold as many as half of what it holds)."""
     holder = census.data_holders[0]
-    kinds = [f"{n} × {desc} ({format_value(b, 'bytes')})" for desc, n, b, graph in census.groups if not graph]
+    kinds = [{"count": n, "tensors": desc, "size": b} for desc, n, b, graph in census.groups if not graph]
     others = [h for h in census.data_holders[1:] if 2 * h.count >= holder.count][:2]
-    return (f"{ev.describe(RSS)}, survived cleanup; tensors without grad_fn kept across {census.steps} steps: "
-            f"{', '.join(kinds[:3])}; held by {', '.join(h.name for h in [holder, *others])} (torch allocates "
-            f"their storage outside Python's allocator: Python's objects grow by an entry a step, resident memory "
-            f"by the tensors' bytes)")
+    return msg("tensors_kept", growth=ev.describe(RSS), steps=census.steps, groups=kinds[:3],
+               holders=[h.name for h in [holder, *others]])
 
 
 def _rss_kept(ev: Evidence, accepted: list[Finding]) -> bool:
@@ -262,12 +257,12 @@ def _rss_kept(ev: Evidence, accepted: list[Finding]) -> bool:
     return RSS in ev.unaccounted(accepted) and ev.survives(RSS) and not ev.refilled(RSS)
 
 
-def _what_is_stored(holder: Holder, kept: Any) -> str:
+def _what_is_stored(holder: Holder, kept: Any) -> Record | None:
     """'the dict global CACHE stores tensors (16, 1, 28, 28) float32 cpu: ': what the code keeps, where known."""
     newest = [t for t in new_items(kept, 8) if hasattr(t, "shape") and hasattr(t, "dtype")]
     if not isinstance(kept, CONTAINERS) or not newest:
-        return ""
-    return f"the {type(kept).__name__} {holder.path} stores tensors {group_of(newest[-1])[0]}: "
+        return None
+    return msg("stores_tensors", kind=type(kept).__name__, holder=holder.path, tensors=group_of(newest[-1])[0])
 
 
 def _newest_with_graph(kept: Any) -> Any:
@@ -278,26 +273,25 @@ def _newest_with_graph(kept: Any) -> Any:
     return kept if getattr(kept, "grad_fn", None) is not None else None
 
 
-def _what_is_kept(holder: Holder | None, kept: Any) -> str:
+def _what_is_kept(holder: Holder | None, kept: Any) -> Record | None:
     """'the list Model.step_losses stores tensors with grad_fn (...): ': what the code keeps, where known."""
     if holder is None:
-        return ""
+        return None
     newest = [t for t in new_items(kept, 8) if getattr(t, "grad_fn", None) is not None and hasattr(t, "shape")]
-    what = f"tensors with grad_fn ({group_of(newest[-1])[0]})" if newest else "tensors with grad_fn"
+    tensors = group_of(newest[-1])[0] if newest else None
     if isinstance(kept, CONTAINERS):
-        return (f"the {type(kept).__name__} {holder.path} stores {what}, each keeping its step's autograd graph "
-                f"and the activations it saved: ")
-    return f"{holder.path} holds a tensor with grad_fn whose autograd graph chains every step's graph to the last: "
+        return msg("stores_graphs", kind=type(kept).__name__, holder=holder.path,
+                   tensors=msg("tensors_in_parens", tensors=tensors) if tensors else None)
+    return msg("holds_chain", holder=holder.path)
 
 
-def _remedy_note(ev: Evidence, holders: Sequence[Holder]) -> str:
+def _remedy_note(ev: Evidence, holders: Sequence[Holder]) -> Record | None:
     """What detach_retained can do here, or why it cannot act."""
     if not holders:
-        return ("; detach_retained cannot act: no place in the program (an attribute of the model or of your "
-                "objects, a variable of the training loop, a global) was found holding the kept tensors")
+        return msg("detach_no_holder")
     if "detach_retained" in ev.remedies:
-        return ""
-    return "; remedies='all' (or ['detach_retained']) detaches the kept tensors in place after every step"
+        return None
+    return msg("allow_detach", remedy="detach_retained")
 
 
 def _graphs_account(ev: Evidence, metric: str, census: Retained) -> bool:
@@ -310,17 +304,17 @@ def _graphs_account(ev: Evidence, metric: str, census: Retained) -> bool:
     return grew and trend is not None and census.graph_bytes >= 0.25 * trend.slope * ev.steps
 
 
-def _describe(ev: Evidence, metric: str, census: Retained) -> str:
+def _describe(ev: Evidence, metric: str, census: Retained) -> Record:
     """How the metric grew: over the window (a suspect that grew, or a count that kept an item a step);
     or (no suspect of this investigation) by the kept graphs' bytes for memory, by its trend for a count."""
     unit = ev.specs[metric].unit if metric in ev.specs else "count"
     if ev.growing(metric) or unit != "bytes" and ev.growth(metric) >= ev.steps:
         return ev.describe(metric)
     if unit == "bytes" and not census.graph_bytes:  # a chain: each step's graph nodes, and no tensor gained
-        return f"{metric} showing no growth of its own in this window (a chain's nodes are small)"
+        return msg("no_growth_of_its_own", metric=metric)
     if unit == "bytes":
-        return f"{metric} gaining at least the kept graphs' {format_value(census.graph_bytes / census.steps, unit)}/step"
-    return f"{metric} growing by {format_value(ev.rate(metric), unit)}/step"
+        return msg("gaining_graph_bytes", metric=metric, rate=census.graph_bytes / census.steps)
+    return msg("growing_by", metric=metric, rate=ev.rate(metric), unit=unit)
 
 
 def _grows(ev: Evidence, metric: str) -> bool:
@@ -372,14 +366,13 @@ def last_look(tensor_type: type, roots: Callable[[], list[Any]]) -> Callable[[in
         sample = _newest_with_graph(kept)
         nodes = graph_nodes([sample]) if sample is not None else 0
         instead = keep_instead(holder.stored() or "loss", sample)
-        what = (f"{holder.count} tensors with grad_fn in {holder.name}" if isinstance(kept, CONTAINERS) else
-                f"{holder.name} holds a tensor whose autograd graph chains {nodes} nodes, about one a step")
+        what = (msg("graphs_in", count=holder.count, holder=holder.name) if isinstance(kept, CONTAINERS) else
+                msg("chains_nodes", holder=holder.name, nodes=nodes))
         return [Finding(
             "retained_graph", RSS, first_step=0, detected_step=0, rate_per_step=0.0, unit="bytes",
             location=holder.location(), subject=holders,
-            evidence=f"at the end of the run, {what} (a look at what was alive when it ended: the growth was too "
-                     f"slow or too short to raise a suspicion)",
-            recommendation=_what_is_kept(holder, kept) + f"store {instead} in {holder.path}, not the tensor with its "
-                           f"autograd graph (or compute it under torch.no_grad())")]
+            evidence=msg("last_look", what=what),
+            recommendation=msg("store_detached_last", stores=_what_is_kept(holder, kept), instead=instead,
+                               holder=holder.path))]
 
     return look

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from leakdoctor import remedies
 from leakdoctor.base.evidence import Rule
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.base.findings import Finding, RemedyOutcome
 from leakdoctor.base.guard import Guard
 from leakdoctor.base.integration import Cleanup, Forensic
@@ -77,7 +78,7 @@ class Clinic:
         self.dismissed: dict[str, int] = {}  # metric: suspicions its counters did not confirm
         self.findings: list[Finding] = []
         self.treatments: list[Treatment] = []
-        self.notes: list[str] = []
+        self.notes: list[Record] = []
         self.sites: list[dict[str, Any]] = []  # allocation sites the investigations saw grow (sites.py)
         self.forensic_seconds = 0.0
         self.remedy_seconds = 0.0
@@ -233,7 +234,7 @@ class Clinic:
                 self.investigation = None
         self._verify(minimum=2)
 
-    def restore(self, findings: list[Finding], notes: list[str]) -> None:
+    def restore(self, findings: list[Finding], notes: list[Record]) -> None:
         """Go on from a resumed run's findings and notes."""
         self.findings, self.notes = findings, notes
 
@@ -362,8 +363,8 @@ class Clinic:
             if finding.key == found.key:
                 if finding.remedy and finding.remedy.effective:
                     finding.remedy.effective = False
-                    self.notes.append(f"step {self._step}: {finding.cause} on {finding.metric} came back "
-                                      f"after {finding.remedy.name}")
+                    self.notes.append(msg("at_step", step=self._step, note=msg(
+                        "came_back", cause=finding.cause, metric=finding.metric, remedy=finding.remedy.name)))
                 finding.rate_per_step, finding.detected_step = found.rate_per_step, found.detected_step
                 finding.detected_rate = found.detected_rate
                 finding.evidence, finding.subject = found.evidence, found.subject
@@ -372,7 +373,7 @@ class Clinic:
         self.findings.append(found)
         self.say(Alert(f"step {self._step}: suspected {'benign ' if found.benign else ''}{found.cause} on "
                        f"{found.metric} ({format_value(found.rate_per_step, found.unit)}/step)"
-                       + (f" at {found.location}" if found.location else ""), "suspected", found, step=self._step))
+                       + (f" at {found.where}" if found.location else ""), "suspected", found, step=self._step))
         return found
 
     # --- treat and verify -------------------------------------------------------------------------
@@ -447,7 +448,8 @@ class Clinic:
         self.treatments.remove(treatment)
         if self.guard.call(f"remedy {remedy.name}", remedy.undo, self._context_for(finding), default=False):
             outcome.detail += "; undone"
-        self.notes.append(f"step {self._step}: {remedy.name} did not stop {finding.cause} on {finding.metric}")
+        self.notes.append(msg("at_step", step=self._step, note=msg(
+            "did_not_stop", remedy=remedy.name, cause=finding.cause, metric=finding.metric)))
         if self._treat(finding):
             return
         if finding.benign:  # what goes on growing may not be the cache it was taken for: look again later

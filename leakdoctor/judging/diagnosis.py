@@ -12,6 +12,7 @@ import dataclasses
 from typing import Sequence
 
 from leakdoctor.base.evidence import RSS, Evidence, Rule
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.base.findings import Finding
 from leakdoctor.base.guard import Guard
 
@@ -53,13 +54,13 @@ def allocator_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         rung = ev.reclaimed_by(metric)
         if ev.specs[metric].unit != "bytes" or ev.survives(metric) or rung is None:
             continue
-        evidence = f"{ev.describe(metric)}; {rung} took it back, so an allocator was caching freed memory"
+        evidence = msg("cleanup_took_back", growth=ev.describe(metric), rung=rung)
         if rung in ev.end.settle and rung not in ev.remedies:
-            ev.note(metric, f"not a leak: {evidence}")
+            ev.note(metric, msg("not_a_leak", why=evidence))
             continue
         found.append(ev.finding(
             "allocator_cache", metric, benign=True, reclaimed_by=rung, evidence=evidence,
-            recommendation=f"not a leak; if the cached memory is needed elsewhere, run {rung} periodically",
+            recommendation=msg("run_rung_periodically", rung=rung),
         ))
     return found
 
@@ -72,18 +73,12 @@ def fallback(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
             continue
         native = metric == RSS
         if native and ev.refilled(metric):
-            ev.note(metric, f"not a leak, nothing to fix: {ev.describe(metric)} as the program touched memory "
-                            f"that malloc already held (pages a cleanup had given back to the system, or the "
-                            f"free top of a thread's heap); nothing new was allocated: malloc's bytes in use "
-                            f"and the mapped size stayed level")
+            ev.note(metric, msg("refilled", growth=ev.describe(metric)))
             continue
         found.append(ev.finding(
             "native_memory" if native else "device_arrays", metric,
-            evidence=f"{ev.describe(metric)}, survived cleanup, and no Python allocation or framework "
-                     f"counter accounts for it",
-            recommendation="look for native extensions or C libraries that allocate per step; run with "
-                           "remedies='off' under a native profiler (memray --native, heaptrack)" if native else
-                           "arrays on the device accumulate: look for results kept across steps",
+            evidence=msg("nothing_accounts", growth=ev.describe(metric)),
+            recommendation=msg("native_profiler") if native else msg("device_results_kept"),
         ))
     return found
 
@@ -91,9 +86,9 @@ def fallback(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
 GENERIC_RULES = [Rule(60, allocator_cache), Rule(100, fallback)]
 
 
-def unexplained_notes(ev: Evidence, accepted: list[Finding]) -> list[str]:
+def unexplained_notes(ev: Evidence, accepted: list[Finding]) -> list[Record]:
     """What the rules noted, and confirmed growth that neither a finding nor a note accounts for."""
     silent = ev.unexplained(accepted)
-    return list(ev.notes.values()) + [f"step {ev.end_step}: {ev.describe(m)}; leakdoctor could not tell what "
-                                      f"holds it, so no finding was made" for m in silent]
+    return list(ev.notes.values()) + [msg("at_step", step=ev.end_step, note=msg("no_holder", growth=ev.describe(m)))
+                                      for m in silent]
 

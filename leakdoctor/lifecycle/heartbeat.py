@@ -25,7 +25,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from leakdoctor.base.units import format_value
+from leakdoctor.base.messages import msg
 from leakdoctor.lifecycle import oom
 from leakdoctor.reporting.summary import Summary
 
@@ -132,11 +132,10 @@ class Heartbeat:
         clinic, limit = self.clinic, self.limit
         investigating = list(clinic.investigation.suspects) if clinic.investigation is not None else []
         self.imminent = oom.imminent(step, used, limit, clinic.sites, self.monitor, investigating)
-        what = "resident memory" if self.figure == RESIDENT else f"{self.figure} (the figure the limit counts)"
-        clinic.notes.append(f"step {step}: {what} reached {format_value(used, 'bytes')}, "
-                            f"{used / limit.bytes:.0%} of the memory limit ({format_value(limit.bytes, 'bytes')}, "
-                            f"{limit.source}), past oom_watermark={self.fraction:g}: the post-mortem summary "
-                            f"is written at once")
+        what = msg("resident_memory") if self.figure == RESIDENT else msg("limit_figure", figure=self.figure)
+        clinic.notes.append(msg("at_step", step=step, note=msg(
+            "watermark_passed", what=what, used=used, share=used / limit.bytes, limit=limit.bytes,
+            source=limit.source, watermark=self.fraction)))
         self.write()
 
     def write(self) -> bool:

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.base.trend import theil_sen
 from leakdoctor.judging.sites import SITES
 from leakdoctor.reading.monitor import Monitor
@@ -145,18 +146,17 @@ class Snapshot:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self.note: str | None = None
+        self.note: Record | None = None
         self._memory: Any = None
         if path is None:
             return
         try:
             import torch
         except ImportError:
-            self.note = (f"oom_snapshot={str(path)!r}: needs torch with CUDA (pip install leakdoctor[torch]); "
-                         f"nothing recorded")
+            self.note = msg("snapshot_needs_torch", path=str(path))
             return
         if not torch.cuda.is_available():
-            self.note = f"oom_snapshot={str(path)!r}: CUDA is not available, so there is no allocator history to record"
+            self.note = msg("no_cuda_snapshot", path=str(path))
             return
         torch.cuda.memory._record_memory_history(max_entries=100_000)
         self._memory = torch.cuda.memory

@@ -117,7 +117,7 @@ class LimitWatch:
         finding = projection.finding
         limit = self.limit_of(projection.metric) or {}
         source = f", {limit['source']}" if limit.get("source") else ""
-        where = f" at {finding.location}" if finding.location else ""
+        where = f" at {finding.where}" if finding.location else ""
         own = finding.rate_per_step if finding.unit == "bytes" else projection.rate
         growing = "" if math.isclose(own, projection.rate, rel_tol=0.01) else \
             f" (growing {format_value(projection.rate, 'bytes')}/step)"

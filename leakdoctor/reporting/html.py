@@ -21,12 +21,19 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leakdoctor.reporting.plot import MARKED_CALLS, proof_panels, shown
-from leakdoctor.reporting.schema import CAUSES, SCHEMA, STATES
+from leakdoctor.base import messages
+from leakdoctor.base.findings import proving
+from leakdoctor.base.messages import location_text
+from leakdoctor.base.schema import CAUSES, SCHEMA, STATES
+from leakdoctor.base.units import format_value
+from leakdoctor.reporting.files import write_atomic
+from leakdoctor.reporting.plot import MARKED_CALLS, proof_panels, shown, title
 from leakdoctor.reporting.svg import Mark, chart, text
+from leakdoctor.reporting.text import ending_lines, overhead_line, supporting_line, why
 
 if TYPE_CHECKING:
-    from leakdoctor.reporting.summary import Finding, RemedyOutcome, Summary
+    from leakdoctor.base.findings import Finding, RemedyOutcome
+    from leakdoctor.reporting.plot import PlottedSummary as Summary  # what the page reads of a summary
 
 __all__ = ["render", "fragment", "write", "place", "events", "remedy_outcome"]
 
@@ -44,8 +51,6 @@ POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
 def render(summary: "Summary") -> str:
     """The whole page: a standalone HTML document."""
-    from leakdoctor.reporting.plot import title
-
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">\n'
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
@@ -66,8 +71,6 @@ def fragment(summary: "Summary") -> str:
 
 def write(summary: "Summary", path: str | os.PathLike[str]) -> None:
     """Write the page to `path` atomically (a reader never sees half a file)."""
-    from leakdoctor.reporting.summary import write_atomic
-
     write_atomic(Path(path), render(summary))
 
 
@@ -106,19 +109,13 @@ def place(location: Any) -> dict[str, str | None]:
 
 
 def _prose(value: Any) -> str:
-    """A field of the summary as text: a string as it is; a record ({"code", "params"}, schema 2) by its code
-    and parameters where no catalogue renders it."""
-    if isinstance(value, dict) and "code" in value:
-        params = value.get("params") or {}
-        return f"{value['code']}" + (": " + ", ".join(f"{k}={v}" for k, v in params.items()) if params else "")
-    return "" if value is None else str(value)
+    """A field of the summary as text: a record of the message catalogue rendered, a string as it is."""
+    return "" if value is None else messages.render(value)
 
 
 # --- the parts ------------------------------------------------------------------------------------------
 
 def _header(summary: "Summary") -> str:
-    from leakdoctor.reporting.summary import _why
-
     facts = [("framework", summary.framework), ("steps", summary.steps), ("rank", summary.rank),
              ("leakdoctor", summary.version or "?"), ("written", summary.written_at or "never"),
              ("complete", "yes" if summary.complete else "no: the run had not finished")]
@@ -126,13 +123,11 @@ def _header(summary: "Summary") -> str:
     verdict = summary.verdict
     return (f'<header data-section="verdict"><h1>leakdoctor report</h1>'
             f'<p class="verdict {text(verdict)}">verdict: <strong data-field="verdict">{text(verdict)}</strong></p>'
-            f'<p data-field="why">{text(_why(summary))}</p><dl class="facts">{rows}</dl></header>')
+            f'<p data-field="why">{text(why(summary))}</p><dl class="facts">{rows}</dl></header>')
 
 
 def _ending(summary: "Summary") -> str:
     """How the run ended, when it is news: not finished, stopped before the limit, out of memory, unwatched."""
-    from leakdoctor.reporting.summary import _ending as ending_lines
-
     items = [line.strip() for line in ending_lines(summary) if line.strip()]
     if summary.unwatched and not summary.leaks:
         items += [f"unwatched: {summary.unwatched.get('reason')}", f"fix: {summary.unwatched.get('fix')}"]
@@ -156,8 +151,6 @@ def _findings(summary: "Summary", uid: str) -> str:
 
 
 def _finding(index: int, f: "Finding", summary: "Summary", uid: str) -> str:
-    from leakdoctor.reporting.summary import format_value
-
     state = f.final_state
     rate = f"{format_value(f.rate_per_step, f.unit)}/step"
     rows = [_row("cause", "cause", f"{f.cause}: {CAUSES.get(f.cause, '')}", value=f.cause),
@@ -204,12 +197,10 @@ def _place_row(location: Any) -> str:
             + part("holder", before=", held by " if any(where[k] for k in ("file", "line", "function"))
                    else "held by "))
     unknown = "" if any(where.values()) else "unknown"
-    return f'<dt>place</dt><dd data-field="location" data-value="{text(_prose(location))}">{unknown}{said}</dd>'
+    return f'<dt>place</dt><dd data-field="location" data-value="{text(location_text(location) or "")}">{unknown}{said}</dd>'
 
 
 def _remedy_row(remedy: "RemedyOutcome | None", unit: str) -> str:
-    from leakdoctor.reporting.summary import format_value
-
     if remedy is None:
         return '<dt>remedy</dt><dd data-field="remedy" data-outcome="none">none applied</dd>'
     outcome = remedy_outcome(remedy)
@@ -232,9 +223,7 @@ def remedy_outcome(remedy: "RemedyOutcome") -> str:
 
 
 def _supporting(other: dict[str, Any]) -> str:
-    from leakdoctor.reporting.summary import _supporting_line
-
-    return _supporting_line(other)
+    return supporting_line(other)
 
 
 def _marks(f: "Finding", last_step: int) -> list[Mark]:
@@ -271,8 +260,6 @@ def _warmup(summary: "Summary") -> int:
 def _proving_charts(f: "Finding", summary: "Summary") -> str:
     """The series that proved the finding, each with the finding's marks; then what its investigation read
     that no series holds (the proof records)."""
-    from leakdoctor.reporting.summary import proving
-
     marks = _marks(f, summary.steps) + _run_marks(summary)
     charts = [_series_chart(name, summary, marks) for name in proving(f, summary.series)]
     charts += [chart(str(record.get("name", "proof")), str(record.get("unit", "count")), record["points"], marks,
@@ -286,8 +273,6 @@ def _proving_charts(f: "Finding", summary: "Summary") -> str:
 def _series(summary: "Summary") -> str:
     """Every series as the text table reads it, then a chart of each worth showing (as the PNG's panels)
     that no finding above has drawn already."""
-    from leakdoctor.reporting.summary import format_value
-
     if not summary.series:
         return '<section data-section="series"><h2>Series</h2><p class="none">no series recorded</p></section>'
     head = "".join(f"<th>{h}</th>" for h in ("metric", "after warm-up", "end", "peak", "per step", "trend"))
@@ -302,8 +287,6 @@ def _series(summary: "Summary") -> str:
 
 
 def _proving(f: "Finding", summary: "Summary") -> list[str]:
-    from leakdoctor.reporting.summary import proving
-
     return proving(f, summary.series)
 
 
@@ -366,8 +349,6 @@ def _ranks(summary: "Summary") -> str:
 
 
 def _notes(summary: "Summary") -> str:
-    from leakdoctor.reporting.summary import _overhead_line, format_value
-
     items = [f'<li data-field="note">{text(_prose(n))}</li>' for n in summary.notes]
     items += [f'<li data-field="error">switched off: {text(e.get("part"))}: {text(e.get("error"))}</li>'
               for e in summary.errors]
@@ -376,7 +357,7 @@ def _notes(summary: "Summary") -> str:
         size = f" ({format_value(limit['bytes'], 'bytes')}, {limit.get('source')})" if limit.get("bytes") else ""
         items.append(f'<li data-field="projection" data-step="{summary.projected_limit_step}">projected to reach the '
                      f"memory limit{text(size)} at step {summary.projected_limit_step}</li>")
-    line = _overhead_line(summary.overhead)
+    line = overhead_line(summary.overhead)
     if line:
         items.append(f'<li data-field="overhead">{text(line)}</li>')
     settings = ", ".join(f"{k}={v}" for k, v in summary.settings.items())

@@ -12,7 +12,7 @@ import os
 import re
 from typing import Any, Callable
 
-from leakdoctor.base.schema import CAUSES, SCHEMA, SEVERITIES, STATES
+from leakdoctor.base.schema import CAUSES, OLD_SCHEMAS, SCHEMA, SEVERITIES, STATES
 from leakdoctor.base.units import UNITS
 
 __all__ = ["SummaryFileError", "read", "check", "clean"]
@@ -111,7 +111,7 @@ def check(data: Any) -> None:
     """Raise SummaryFileError unless `data` has the shape that Summary.from_dict, the text table and the
     plot read. Keys they do not read are left alone (newer summaries add some)."""
     _need(isinstance(data, dict), "the file", "a JSON object (a leakdoctor summary)", data)
-    if data.get("schema") != SCHEMA:
+    if data.get("schema") not in (SCHEMA, *OLD_SCHEMAS):
         raise SummaryFileError(f"not a leakdoctor summary: schema {_short(repr(data.get('schema')))}, "
                                f"expected {SCHEMA!r}")
     _field(data, "framework", "summary", _string, "a string")
@@ -125,8 +125,8 @@ def check(data: Any) -> None:
     _field(data, "findings", "summary", lambda v: isinstance(v, list), "a list of findings")
     for i, finding in enumerate(data["findings"]):
         _check_finding(finding, f"findings[{i}]")
-    _field(data, "notes", "summary", lambda v: isinstance(v, list) and all(map(_string, v)), "a list of strings",
-           required=False)
+    _field(data, "notes", "summary", lambda v: isinstance(v, list) and all(_string(n) or _record(n) for n in v),
+           "a list of records (or strings)", required=False)
     _field(data, "errors", "summary", lambda v: isinstance(v, list) and all(
         isinstance(e, dict) and _string(e.get("part")) and _string(e.get("error")) for e in v),
         "a list of {part, error} objects", required=False)
@@ -145,6 +145,17 @@ def check(data: Any) -> None:
     for key, value in data.get("overhead", {}).items():
         check, expected = _OVERHEAD_RECORDS.get(key, (_plain, "a number"))
         _need(check(value), f"overhead[{_short(repr(key))}]", expected, value)
+
+
+def _record(value: Any) -> bool:
+    """A record of the message catalogue: a code, and params whose records are records too."""
+    return isinstance(value, dict) and _string(value.get("code")) and isinstance(value.get("params", {}), dict)
+
+
+def _location(value: Any) -> bool:
+    """{file, line, function, holder}: strings or null, the line a whole number or null."""
+    return isinstance(value, dict) and all(_optional(_string)(value.get(k)) for k in ("file", "function", "holder")) \
+        and _optional(_integer)(value.get("line"))
 
 
 def _plain(value: Any) -> bool:
@@ -175,13 +186,16 @@ def _check_series(series: Any, where: str) -> None:
 def _check_finding(finding: Any, where: str) -> None:
     _need(isinstance(finding, dict), where, "an object", finding)
     _field(finding, "cause", where, lambda v: v in CAUSES, f"a cause, one of {sorted(CAUSES)}")
-    for key in ("metric", "unit", "evidence", "recommendation"):
+    for key in ("metric", "unit"):
         _field(finding, key, where, _string, "a string")
+    for key in ("evidence", "recommendation"):  # a record; text in a file of schema 1
+        _field(finding, key, where, lambda v: _string(v) or _record(v), "a record (or a string)")
     for key in ("first_step", "detected_step"):
         _field(finding, key, where, _integer, "a step")
     _field(finding, "rate_per_step", where, _optional(_number), "a number or null")
-    for key in ("location", "reclaimed_by"):
-        _field(finding, key, where, _optional(_string), "a string or null", required=False)
+    _field(finding, "location", where, _optional(lambda v: _string(v) or _location(v)),
+           "a {file, line, function, holder} object (or a string) or null", required=False)
+    _field(finding, "reclaimed_by", where, _optional(_string), "a string or null", required=False)
     _field(finding, "benign", where, lambda v: isinstance(v, bool), "true or false", required=False)
     _field(finding, "state", where, _optional(lambda v: v in STATES), f"one of {STATES} or null", required=False)
     _field(finding, "severity", where, _optional(lambda v: v in SEVERITIES), f"one of {SEVERITIES} or null",

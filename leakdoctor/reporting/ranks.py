@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from leakdoctor.base.messages import msg
 from leakdoctor.reporting.summary import Summary
 
 
@@ -73,12 +74,13 @@ def merge(summaries: Sequence[Summary], files: Mapping[int, str | None] | None =
                 continue
             where[finding.key] = finding
             findings.append(finding)
-            notes.append(f"rank {other.rank}: {finding.cause} on {finding.metric} (not seen on rank {first.rank})")
+            notes.append(msg("not_seen_on_rank", rank=other.rank, cause=finding.cause, metric=finding.metric,
+                             first=first.rank))
     projections = [s.projected_limit_step for s in ordered if s.projected_limit_step is not None]
     stopped, by = first.stopped, asker(ordered)
     if stopped and by and by.get("reason"):
         stopped = {**stopped, "reason": by["reason"]}
-        notes.append(f"rank {by['rank']} asked to stop at step {by['step']}: {by['reason']}")
+        notes.append(msg("rank_asked_to_stop", rank=by["rank"], step=by["step"], reason=by["reason"]))
     return dataclasses.replace(
         first, findings=findings, notes=notes, ranks=[rank_entry(s, (files or {}).get(s.rank)) for s in ordered],
         stopped=stopped, stopped_by=by,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from leakdoctor.base.findings import Finding, SeriesSummary
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.base.trend import SCALES, classify, is_material, steps_to_limit, theil_sen
 from leakdoctor.base.units import format_value
 from leakdoctor.judging.stopped import FIT_POINTS, stopped, thinned, whole_fit
@@ -67,7 +68,7 @@ def _compile_counts(findings: list[Finding], monitor: Monitor, settings: Setting
         for metric in finding.explains:
             series = monitor.series.get(metric)
             if metric == finding.metric or series is None or series.spec.unit != "count" or \
-                    (finding.cause, metric, finding.location) in have:
+                    (finding.cause, metric, finding.where) in have:
                 continue
             fit = whole_fit(series, settings, since=finding.first_step - 1)
             if fit is None or fit[0] <= 0:
@@ -93,7 +94,7 @@ def merged(findings: list[Finding]) -> list[Finding]:
     place are never merged: nothing shows that they share a cause."""
     groups: dict[tuple[str, str] | int, list[Finding]] = {}
     for finding in findings:
-        key = (finding.cause, finding.location) if finding.location else id(finding)
+        key = (finding.cause, finding.where) if finding.location else id(finding)
         groups.setdefault(key, []).append(finding)
     return [_merge(group) if len(group) > 1 else group[0] for group in groups.values()]
 
@@ -185,10 +186,9 @@ def _material(finding: Finding, series: Any, settings: Settings) -> bool:
                        series.spec.limit)
 
 
-def skipped_notes(monitor: Monitor) -> list[str]:
+def skipped_notes(monitor: Monitor) -> list[Record]:
     """One note per metric that read NaN or inf: those readings were left out of its series."""
-    return [f"{metric} read NaN or inf {count} time(s), first at step {first}: those readings were left out"
-            for metric, (first, count) in monitor.skipped.items()]
+    return [msg("nan_readings", metric=metric, count=count, step=first) for metric, (first, count) in monitor.skipped.items()]
 
 
 def stopped_note(finding: Finding, findings: list[Finding]) -> str:

@@ -3,6 +3,6 @@ since a Finding checks its cause against them."""
 
 from __future__ import annotations
 
-from leakdoctor.base.schema import CAUSES, MAJOR, MINOR, SCHEMA, SEVERITIES, STATES
+from leakdoctor.base.schema import CAUSES, MAJOR, MINOR, OLD_SCHEMAS, SCHEMA, SEVERITIES, STATES
 
-__all__ = ["SCHEMA", "CAUSES", "STATES", "SEVERITIES", "MAJOR", "MINOR"]
+__all__ = ["SCHEMA", "OLD_SCHEMAS", "CAUSES", "STATES", "SEVERITIES", "MAJOR", "MINOR"]

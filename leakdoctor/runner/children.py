@@ -25,6 +25,7 @@ import sys
 import tempfile
 from typing import Any
 
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.reporting.summary import Summary
 
 #: The run in progress in this process (inherited by its forked children), if any.
@@ -122,13 +123,12 @@ def merge(own: Summary | None, children: list[tuple[int, Summary]]) -> Summary |
     if not children:
         return own
     watched = [(pid, s) for pid, s in children if s.steps]
-    notes: list[str] = []
+    notes: list[Record] = []
     base, base_pid = own, os.getpid()
     if (own is None or own.verdict == "unwatched" and not own.steps) and watched:
         base_pid, base = max(watched, key=lambda item: item[1].steps)
-        base = dataclasses.replace(base, notes=[f"process {base_pid}: {note}" for note in base.notes])
-        notes.append(f"the script's steps were taken in forked child processes: this summary is process "
-                     f"{base_pid}'s, with what the others found")
+        base = dataclasses.replace(base, notes=[msg("in_process", pid=base_pid, note=note) for note in base.notes])
+        notes.append(msg("steps_in_children", pid=base_pid))
     if base is None:
         return None
     findings = list(base.findings)
@@ -142,8 +142,9 @@ def merge(own: Summary | None, children: list[tuple[int, Summary]]) -> Summary |
                 continue
             keys.add(finding.key)
             findings.append(finding)
-            notes.append(f"process {pid}: {finding.cause} on {finding.metric} ({finding.final_state})")
+            notes.append(msg("in_process", pid=pid, note=msg("child_finding", cause=finding.cause,
+                                                             metric=finding.metric, state=finding.final_state)))
         errors += [{**e, "part": f"process {pid}: {e.get('part', '')}"} for e in child.errors]
-    notes.append(f"{len(children)} forked child process(es) were watched too: "
-                 + ", ".join(f"{pid} ({s.steps} steps, {s.verdict})" for pid, s in children))
+    notes.append(msg("forked_children", count=len(children),
+                     children=[{"pid": pid, "steps": s.steps, "verdict": s.verdict} for pid, s in children]))
     return dataclasses.replace(base, findings=findings, notes=[*base.notes, *notes], errors=errors)

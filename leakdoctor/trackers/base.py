@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
+from leakdoctor.base.messages import location_text
+
 if TYPE_CHECKING:
     from leakdoctor.reporting.summary import Finding, Summary
 
@@ -59,12 +61,8 @@ _VERIFIED = {True: "effective", False: "not effective", None: "being verified"}
 
 
 def where(location: Any) -> str:
-    """A finding's place as one string: `file:line (function)`, from a string or a location record."""
-    if isinstance(location, Mapping):
-        place = ":".join(str(location[k]) for k in ("file", "line") if location.get(k) is not None)
-        function = location.get("function")
-        return f"{place} ({function})" if place and function else place or str(function or "")
-    return "" if location is None else str(location)
+    """A finding's place as one string, as the summary's text says it."""
+    return location_text(location) or ""
 
 
 def findings_markdown(records: Sequence[Mapping[str, Any]]) -> str:
