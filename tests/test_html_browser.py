@@ -119,7 +119,7 @@ def test_the_readme_example_page_opens_with_its_finding_and_fetches_nothing(brow
     shown = fields(browser)
     assert [(f["cause_attr"], f["state"]) for f in shown] == [(f["cause"], f["state"]) for f in summary["findings"]]
     first = summary["findings"][0]
-    assert shown[0]["file"] + ":" + shown[0]["line"] == first["location"]
+    assert (shown[0]["file"], shown[0]["line"]) == (first["location"]["file"], str(first["location"]["line"]))
     if first["remedy"]:
         assert shown[0]["remedy-name"] == first["remedy"]["name"]
         assert shown[0]["outcome_attr"] == {True: "effective", False: "ineffective", None: "unjudged"}[

@@ -168,7 +168,7 @@ def test_tensors_kept_by_a_loggers_buffer_are_named_as_its_buffer_at_the_logging
     reached from the user's logger, at the line that logs the tensor."""
     summary = isolated(logged_losses, 600)
     finding = only(summary, "retained_graph")
-    assert finding["location"] == f"MemoryHandler.buffer of log in logged_losses() (tests/{at('LOG-LOSS')})"
+    assert place(finding) == f"MemoryHandler.buffer of log in logged_losses() (tests/{at('LOG-LOSS')})"
 
 
 def test_an_equinox_step_retraced_every_step_is_placed_at_the_users_call():

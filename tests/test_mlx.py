@@ -498,6 +498,6 @@ def test_unevaluated_outputs_in_a_global_list_are_one_finding_at_the_append(tmp_
     assert run.returncode == 0, run.stderr[-3000:]
     summary = json.loads(run.stdout.splitlines()[-1])
     line = next(i for i, text in enumerate(GLOBAL_HISTORY.splitlines(), 1) if text.endswith("# HISTORY-APPEND"))
-    assert [(f["cause"], f["metric"], f["location"]) for f in summary["findings"]] == [
+    assert [(f["cause"], f["metric"], place(f)) for f in summary["findings"]] == [
         ("lazy_graph", "mlx_active_bytes", f"global history (history.py:{line})")]
     assert summary["findings"][0]["state"] == "leak"

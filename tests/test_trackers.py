@@ -103,7 +103,7 @@ def test_tensorboard_the_scripts_writer_gets_the_series_findings_and_verdict(tmp
     assert changes[0][0] == first_leak and "hook_accumulation" in changes[0][1] and "| leak |" in changes[0][1]
     assert texts(board, "leakdoctor/verdict") == [(STEPS, "leak")]
     final = texts(board, "leakdoctor/findings")[-1][1]
-    assert finding.location.split("/")[-1] in final and f"| {finding.severity} |" in final
+    assert finding.where.split("/")[-1] in final and f"| {finding.severity} |" in final
     assert "verdict LEAK" in texts(board, "leakdoctor/summary")[0][1]
 
 
@@ -200,7 +200,7 @@ def test_mlflow_the_active_run_gets_metrics_finding_tags_verdict_summary_and_plo
     assert [m.step for m in leaks] == [m.step for m in hooks] and (leaks[0].value, leaks[-1].value) == (0, 1)
     tags = stored.data.tags
     assert tags["leakdoctor.verdict"] == "leak"
-    assert tags["leakdoctor.finding.1"].startswith(f"leak {finding.severity}: hook_accumulation at {finding.location}")
+    assert tags["leakdoctor.finding.1"].startswith(f"leak {finding.severity}: hook_accumulation at {finding.where}")
     written = json.loads(artifact(client, active.info.run_id, "leakdoctor/summary.json", tmp_path).read_text())
     assert written["verdict"] == "leak"
     assert [(f["cause"], f["state"]) for f in written["findings"]] == [("hook_accumulation", "leak")]
@@ -319,7 +319,7 @@ def test_wandb_the_scripts_run_gets_metrics_findings_table_verdict_and_plot(wand
     assert stored["leakdoctor/verdict"] == "leak" and stored["leakdoctor/steps"] == STEPS
     (record,) = stored["leakdoctor/findings_list"]
     assert (record["cause"], record["state"], record["severity"], record["where"]) == \
-        ("hook_accumulation", "leak", finding.severity, finding.location)
+        ("hook_accumulation", "leak", finding.severity, finding.where)
     assert stored["leakdoctor/findings_table"]["_type"] == "table-file"
     assert stored["leakdoctor/plot"]["_type"] == "image-file"
     written = json.loads((folder / "files" / "leakdoctor-summary.json").read_text())
