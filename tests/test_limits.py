@@ -178,13 +178,18 @@ RLIMIT_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_rlimit_data_set_in_a_process_is_its_limit_as_a_resident_size():
+def rlimit_run(kind: str, headroom: int) -> dict:
+    """RLIMIT_SCRIPT run in a fresh process with `kind` set `headroom` bytes above what it measures now."""
     import json
 
+    run = subprocess.run([sys.executable, "-c", RLIMIT_SCRIPT, kind, str(headroom)], capture_output=True, text=True,
+                         timeout=120, check=True)
+    return json.loads(run.stdout)
+
+
+def test_rlimit_data_set_in_a_process_is_its_limit_as_a_resident_size():
     headroom = 400 * MIB
-    run = subprocess.run([sys.executable, "-c", RLIMIT_SCRIPT, "RLIMIT_DATA", str(headroom)], capture_output=True,
-                         text=True, timeout=120, check=True)
-    result = json.loads(run.stdout)
+    result = rlimit_run("RLIMIT_DATA", headroom)
     assert result["detail"].startswith(f"RLIMIT_DATA {result['soft']} bytes")
     # the headroom the rlimit leaves is the headroom of the resident size (within what settled meanwhile)
     assert abs((result["limit"] - result["rss"]) - headroom) < 16 * MIB
@@ -193,12 +198,7 @@ def test_rlimit_data_set_in_a_process_is_its_limit_as_a_resident_size():
 
 
 def test_rlimit_as_set_in_a_process_is_compared_with_the_address_space():
-    import json
-
-    headroom = 400 * MIB
-    run = subprocess.run([sys.executable, "-c", RLIMIT_SCRIPT, "RLIMIT_AS", str(headroom)], capture_output=True,
-                         text=True, timeout=120, check=True)
-    result = json.loads(run.stdout)
+    result = rlimit_run("RLIMIT_AS", 400 * MIB)
     assert result["detail"].startswith(f"RLIMIT_AS {result['soft']} bytes")
     assert result["limit"] == result["soft"]  # the rlimit itself, on the figure it bounds
     assert result["summary"] == {"bytes": result["soft"], "source": "rlimit", "detail": result["detail"],

@@ -236,11 +236,7 @@ def _attributes(obj: Any, path: str, depth: int) -> Iterator[tuple[str, Any, Cal
 
 def _searchable(obj: Any) -> bool:
     """Modules and instances of classes from the user's code that have a __dict__ and take weakrefs."""
-    if not hasattr(obj, "__dict__") or inspect.isclass(obj) or inspect.ismodule(obj) or inspect.isroutine(obj):
-        return False
-    try:
-        weakref.ref(obj)
-    except TypeError:
+    if not _named(obj):
         return False
     module = sys.modules.get(type(obj).__module__)
     return hasattr(obj, "named_modules") or is_user_file(getattr(module, "__file__", None) or "<unknown>")

@@ -263,12 +263,15 @@ def _reading(ladder: Any, metric: str, when: str) -> float:
 
 def model_turnover(ev: Evidence, metric: str = RSS) -> NewModels:
     """How the window's models fared: new ones, how many old ones a collection found, how many are
-    still alive after the last one (still referenced), and how `metric` grew per new model."""
+    still alive after the last one (still referenced), and how much `metric` grew in the window per new
+    model."""
     new = _reading(ev.end, SEEN, "after") - _reading(ev.begin, SEEN, "before")
     freed = max(_reading(ladder, ALIVE, "before") - _reading(ladder, ALIVE, "after")
                 for ladder in (ev.middle, ev.end) if ladder is not None)
     survived = _reading(ev.end, ALIVE, "after") - _reading(ev.begin, ALIVE, "after")
-    per_model = ev.rate(metric) * ev.steps / new if new else 0.0
+    # what the window's own models left: its growth over the models it made (the suspicion's rate, taken
+    # over windows that may have seen other calls, moves a borderline pile from one side to the other)
+    per_model = ev.growth(metric) / new if new else 0.0
     # the window's models may differ in size (a sweep over widths): their growth is weighed against the
     # mean of the sizes the ladders saw, not the last model's alone
     sizes = [size for ladder in (ev.begin, ev.middle, ev.end)
