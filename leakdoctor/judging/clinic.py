@@ -340,7 +340,11 @@ class Clinic:
         for found in findings:
             finding = self._record(found)
             explained.update(finding.explains)
-            if any(treatment.finding is finding for treatment in self.treatments):
+            treatment = self._treatment_of(finding)
+            if treatment is not None and treatment.verified and finding.remedy and finding.remedy.effective:
+                self.monitor.cool(finding.explains, self._step)  # found again within what its remedy leaves
+                continue
+            if treatment is not None:
                 self.monitor.busy(finding.explains)  # found again while its remedy is judged: await the verdict
                 continue
             if finding.key == found.key and self._treat(finding):  # a cache merged into another is treated there
@@ -361,6 +365,8 @@ class Clinic:
                 finding.explains = tuple(dict.fromkeys([*finding.explains, *found.explains]))
                 return finding
             if finding.key == found.key:
+                if finding.remedy and finding.remedy.effective and self._still_works(finding):
+                    return finding  # a remedy that acts every few steps leaves a pile that is found again
                 if finding.remedy and finding.remedy.effective:
                     finding.remedy.effective = False
                     self.notes.append(msg("at_step", step=self._step, note=msg(
@@ -417,15 +423,31 @@ class Clinic:
                 continue
             self._judge(treatment, windows, final=minimum is not None)
 
+    def _treatment_of(self, finding: Finding) -> Treatment | None:
+        return next((t for t in self.treatments if t.finding is finding), None)
+
+    def _still_works(self, finding: Finding) -> bool:
+        """Does the growth since its remedy say that it still works (Remedy.held)?"""
+        treatment = self._treatment_of(finding)
+        return treatment is not None and treatment.verified and bool(self.guard.call(
+            f"remedy {treatment.remedy.name}", treatment.remedy.held, finding.rate_per_step, self._after(treatment),
+            default=False))
+
+    def _after(self, treatment: Treatment) -> Trend:
+        """The trend of the treated metric since the remedy; growth too small to be a leak reads flat."""
+        metric = treatment.finding.metric
+        after = self.monitor.trend_since(metric, treatment.since)
+        series = self.monitor.series[metric]
+        if after.growing and not is_material(series.spec.unit, after.slope, series.end or 0.0, self.settings.horizon,
+                                             series.spec.limit):
+            after = dataclasses.replace(after, kind="flat")
+        return after
+
     def _judge(self, treatment: Treatment, windows: int, final: bool = False) -> None:
         finding, remedy = treatment.finding, treatment.remedy
         outcome = finding.remedy
         assert outcome is not None
-        after = self.monitor.trend_since(finding.metric, treatment.since)
-        series = self.monitor.series[finding.metric]
-        if after.growing and not is_material(series.spec.unit, after.slope, series.end or 0.0, self.settings.horizon,
-                                             series.spec.limit):
-            after = dataclasses.replace(after, kind="flat")  # what is left is too small to be a leak
+        after = self._after(treatment)
         worked = self._worked(remedy, finding, after)
         if not worked and not final and windows < 2 * self.settings.verify_windows and \
                 self._worked(remedy, finding, dataclasses.replace(after, kind="flat", slope=after.slope_low)):

@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import gc
 
+from leakdoctor.base.findings import Finding
 from leakdoctor.remedies.base import Periodic, Remedy, RemedyContext
+
+#: The most garbage left between two collections. Freeing a pile costs the same whether it is collected
+#: often or seldom, so pacing by the collection's cost alone would let the pile grow without end.
+PILE_BYTES = 16 * 2**20
 
 
 class GcCollect(Remedy):
@@ -15,17 +20,27 @@ class GcCollect(Remedy):
     safe = True
 
     def __init__(self) -> None:
-        self._periodic = Periodic(lambda: gc.collect(1), budget=0.01)
+        self._periodic: Periodic | None = None
 
     def applicable(self, ctx: RemedyContext) -> bool:
         return super().applicable(ctx) and ctx.finding.reclaimed_by == "gc_collect"
 
     def apply(self, ctx: RemedyContext) -> str:
         gc.collect()
-        return "gc.collect() now, then young-generation collections within 1% of step time"
+        self._periodic = Periodic(lambda: gc.collect(1), budget=0.01, maximum=steps_per_pile(ctx.finding))
+        return ("gc.collect() now, then young-generation collections within 1% of step time, "
+                f"at least every {self._periodic.every_at_most} steps")
 
     def on_step(self, ctx: RemedyContext) -> None:
-        self._periodic.tick(ctx.step_seconds)
+        if self._periodic is not None:
+            self._periodic.tick(ctx.step_seconds)
+
+
+def steps_per_pile(finding: Finding) -> int:
+    """The most steps between collections: those that leave PILE_BYTES at the finding's rate."""
+    if finding.unit != "bytes" or finding.rate_per_step <= 0:
+        return 1000
+    return max(1, min(1000, int(PILE_BYTES / finding.rate_per_step)))
 
 
 REMEDY = GcCollect
