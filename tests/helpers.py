@@ -222,6 +222,7 @@ RECORDS: dict[str, tuple[tuple[str, ...], Callable[[dict, str, dict], bool]]] = 
                    _params()),
     "collector_on": (("collector_on",), _params()),
     "nothing_allocated": (("refilled",), _params()),
+    "too_slow_unproven": (("unproven_and_slow",), _params()),
     "no_cuda_snapshot": (("no_cuda_snapshot",), lambda p, c, parts: all(
         repr(p["path"]) == v if k == "path" else _same(p, k, c, v) for k, v in parts.items())),
     "did_not_stop": (("did_not_stop",), _params()),

@@ -39,7 +39,7 @@ def evidence(after: tuple[float, float, float], heap: tuple[float, float, float]
     """Suspected at 23 KiB a step (the fit's validation staircase); resident memory read at 469.3 MiB
     before the first ladder, then `after` each ladder."""
     heaps = heap or (None, None, None)
-    trend = Trend("growing", slope=23 * 1024)
+    trend = Trend("growing", slope=23 * 1024, slope_low=16 * 1024, slope_high=30 * 1024)  # a fit's interval
     return Evidence(
         start_step=171, end_step=179, suspects={RSS: trend}, trends={RSS: trend},
         specs={RSS: MetricSpec(RSS, "bytes", source="process")},
@@ -129,7 +129,7 @@ def judge_real_ladders(work: Callable[[int], object]) -> tuple[bool, list[str], 
             work(step)
         ladders.append(run_ladder(cleanups, probe.read_now, Guard(), step))
     probe.close()
-    trend = Trend("growing", slope=MIB / 4)
+    trend = Trend("growing", slope=MIB / 4, slope_low=MIB / 8, slope_high=MIB / 2)
     ev = Evidence(start_step=0, end_step=8, suspects={RSS: trend}, trends={RSS: trend},
                   specs={RSS: MetricSpec(RSS, "bytes", source="process")}, begin=ladders[0], middle=ladders[1],
                   end=ladders[2], reports={})
@@ -158,8 +158,9 @@ def test_the_same_memory_kept_by_the_worker_thread_is_native_memory():
 def judge_python_window(keep_every: int) -> tuple[bool, list[str], dict[str, str]]:
     """In a fresh process: real ladders at a window's start, middle and end, with 200,000 small Python
     objects made in the first half and 400,000 in the second (past the slots the first half left free),
-    of which every `keep_every`-th is kept: one in a hundred leaves Python's arenas mapped around a few
-    objects (fragmentation, tens of MiB), every one keeps them all in use.
+    of which every `keep_every`-th is kept: one in two hundred leaves Python's arenas mapped around a few
+    objects (fragmentation, tens of MiB), every one keeps them all in use. (One in a hundred kept 0.49 MiB
+    of objects in the second half, against the half MiB that tells a new allocation: a coin toss.)
     Returns whether resident memory survived the ladders, the fallback's causes and the notes."""
     held: list[object] = []
 
@@ -179,7 +180,7 @@ needs_python_slack = pytest.mark.skipif(python_slack() is None or python_slack()
 def test_python_arenas_left_mapped_around_a_few_objects_are_not_newly_allocated_memory():
     """Arenas that Python keeps mapped for the few objects still in them are no native allocation: the
     fallback notes the resident growth instead of calling it native_memory."""
-    survived, causes, notes = isolated(judge_python_window, keep_every=100)
+    survived, causes, notes = isolated(judge_python_window, keep_every=200)
     assert survived and causes == [], (causes, notes)
     assert says(notes[RSS], "not_a_leak", "nothing_allocated"), notes
 
@@ -189,3 +190,13 @@ def test_python_arenas_left_mapped_around_a_few_objects_are_not_newly_allocated_
 def test_the_same_objects_all_kept_are_newly_allocated_memory():
     survived, causes, notes = isolated(judge_python_window, keep_every=1)
     assert survived and causes == ["native_memory"], (causes, notes)
+
+
+def test_growth_that_nothing_proves_whose_rate_may_be_too_slow_to_matter_is_a_note():
+    """The same malloc-backed growth, suspected at 23 KiB a step on a short window whose interval reaches
+    down to 200 bytes a step (the tail of a clean run's warm-up): nothing proves a leak and the low end of
+    the rate does not matter over the horizon, so it is watched on, not reported."""
+    ev = evidence(after=(439.30, 439.69, 440.05), heap=(167.327, 167.70, 168.08))
+    ev.suspects[RSS] = ev.trends[RSS] = Trend("growing", slope=23 * 1024, slope_low=200, slope_high=46 * 1024)
+    assert ev.survives(RSS) and fallback(ev, []) == []
+    assert says(ev.notes[RSS], "too_slow_unproven"), ev.notes

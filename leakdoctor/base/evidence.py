@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 from leakdoctor.base.findings import Finding
 from leakdoctor.base.messages import Location, Record, msg
 from leakdoctor.base.metric import MetricSpec
-from leakdoctor.base.trend import Trend
+from leakdoctor.base.trend import Trend, is_material
 
 __all__ = ["HEAP", "MAPPED", "RSS", "ACCOUNTED", "Ladder", "Evidence", "Rule"]
 
@@ -176,6 +176,17 @@ class Evidence:
             return self.residual(metric)
         rung = self.reclaimed_by(metric)
         return dict(self.end.drops(metric)).get(rung, 0.0) if rung else 0.0
+
+    def matters_at_low_end(self, metric: str) -> bool:
+        """Does the low end of the suspicion's rate matter over the horizon? A finding that nothing proves
+        (the fallback's: it grew and nothing accounts for it) stands on the rate the readings support, not
+        on the estimate: early in a clean run, the tail of the warm-up lifts a short window's slope over the
+        line while its interval reaches far below it."""
+        trend, spec = self.suspects.get(metric), self.specs.get(metric)
+        if trend is None or spec is None:
+            return True
+        level = self.begin.after(metric) or 0.0
+        return is_material(spec.unit, min(trend.slope, trend.slope_low), level, self.horizon, spec.limit)
 
     @property
     def confirmed(self) -> list[str]:

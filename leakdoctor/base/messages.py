@@ -320,6 +320,8 @@ MESSAGES: dict[str, str] = {
     "refilled": "not a leak, nothing to fix: {growth} as the program touched memory that malloc already held "
                 "(pages a cleanup had given back to the system, or the free top of a thread's heap); nothing new "
                 "was allocated: malloc's bytes in use and the mapped size stayed level",
+    "unproven_and_slow": "not a leak yet: {growth}, survived cleanup, but nothing accounts for it and the low end of "
+                         "its rate is too slow to matter over the horizon; watched on",
     "nothing_accounts": "{growth}, survived cleanup, and no Python allocation or framework counter accounts for it",
     "native_profiler": "look for native extensions or C libraries that allocate per step; run with "
                        "remedies='off' under a native profiler (memray --native, heaptrack)",

@@ -75,6 +75,9 @@ def fallback(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         if native and ev.refilled(metric):
             ev.note(metric, msg("refilled", growth=ev.describe(metric)))
             continue
+        if not ev.matters_at_low_end(metric):
+            ev.note(metric, msg("unproven_and_slow", growth=ev.describe(metric)))
+            continue
         found.append(ev.finding(
             "native_memory" if native else "device_arrays", metric,
             evidence=msg("nothing_accounts", growth=ev.describe(metric)),
