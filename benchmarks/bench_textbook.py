@@ -44,7 +44,9 @@ RESULTS = OUT / "textbook.json"
 #: Seconds one run may take before it (and its children) is killed and reported as failed.
 TIMEOUT = 300
 WORKERS = 2
-RUNS = 3
+RUNS = 5  # per planted leak at `off`: the same cause, line and a steady rate in 5 runs of 5 (issue #38)
+TREATED_RUNS = 3  # per planted leak at the level whose remedy applies
+CLEAN_RUNS = 3  # per unedited script and level: 8 scripts x 6 runs, the 48 runs of the withdrawn-alerts count
 PLANT = re.compile(r"^(?P<indent>\s*)(?P<code>.*?)\s*#\s*PLANT\s+(?P<name>\w+):\s*(?P<planted>.+?)\s*$")
 LOCATION = re.compile(r"([\w.\-]+\.py):(\d+)")
 NO_STEP = "took no step that leakdoctor recognises"
@@ -344,7 +346,7 @@ def score_leak(name: str, result: dict[str, Any]) -> dict[str, Any]:
     return {**scored, "found": bool(right), "location_ok": bool(placed),
             "severity_ok": bool(best) and best["severity"] in severities,
             "cause": best["cause"] if best else None, "location": best["location"] if best else None,
-            "severity": best["severity"] if best else None,
+            "severity": best["severity"] if best else None, "rate": best["rate_per_step"] if best else None,
             "remedy": next((f["remedy"] for f in right if f["remedy"]), None),
             "effective": any(f["remedy"] == scenario.remedy and f["effective"] for f in right)
             if scenario.remedy else False}
@@ -363,8 +365,9 @@ def jobs(leaks: list[str], cleans: list[str]) -> list[tuple[str, str, str, int]]
         last = json.loads(RESULTS.read_text(encoding="utf-8"))["seconds"]
     except (OSError, ValueError, KeyError):
         last = {}
-    queue = [("leak", n, lv, i) for n in leaks for lv in ("off", SCENARIOS[n].level) for i in range(1, RUNS + 1)]
-    queue += [("clean", n, lv, i) for n in cleans for lv in ("off", "safe") for i in range(1, RUNS + 1)]
+    queue = [("leak", n, "off", i) for n in leaks for i in range(1, RUNS + 1)]
+    queue += [("leak", n, SCENARIOS[n].level, i) for n in leaks for i in range(1, TREATED_RUNS + 1)]
+    queue += [("clean", n, lv, i) for n in cleans for lv in ("off", "safe") for i in range(1, CLEAN_RUNS + 1)]
     return sorted(queue, key=lambda j: -last.get(f"{j[1]}/{j[2]}", 1e9))
 
 
@@ -413,14 +416,18 @@ def leak_table(names: list[str], results: dict[str, dict[str, list[dict[str, Any
         else:
             remedy = f"none expected; at {s.level} applied: {shown}"
         withdrawn = sum(r["withdrawn"] for r in off + treated)
+        said = Counter((r["cause"], short(r["location"])) for r in off if r["found"])
+        same = f"{said.most_common(1)[0][1] if said else 0}/{len(off)}"
+        rates = [r["rate"] for r in off if r["found"] and r.get("rate")]
+        spread = f"{max(rates) / min(rates):.2f}" if rates and min(rates) > 0 else "-"
         rows.append([f"`{name}`", SCRIPTS[s.script].source, f"`{SCRIPTS[s.script].file}:{number}` `{clean}` → `{code}`",
                      " or ".join(s.causes) + f"; {s.severity}" + (" or minor" if s.minor_ok else ""),
                      frac(off, "found"), ", ".join(f"{k} ({v})" for k, v in causes.items()), located,
                      f"{frac(off, 'severity_ok')}: " + (", ".join(f"{k} ({v})" for k, v in severities.items()) or "-"),
-                     remedy, withdrawn])
+                     same, spread, remedy, withdrawn])
     return table(["scenario", "source", "planted line (clean → planted)", "expected cause; severity",
-                  "found at off", "cause", "location ok", "severity as expected", "remedy",
-                  "live alerts withdrawn"], rows)
+                  "found at off", "cause", "location ok", "severity as expected", "same cause and line",
+                  "rate spread (max/min)", "remedy", "live alerts withdrawn"], rows)
 
 
 def short(location: str | None) -> str:
@@ -459,10 +466,12 @@ names its source and what changed: synthetic data of the same shapes, smaller si
 in them, run as `python -m leakdoctor run [--remedies LEVEL] --summary S.json script.py [args]`. Each
 planted leak is one line of the clean script (marked `# PLANT name: code`) replaced in a copy; a finding is
 right when it names an expected cause, and its location is right when it points at the planted line (or,
-for a removed line, the line named). {RUNS} runs at `--remedies off` and {RUNS} at the level whose remedy
+for a removed line, the line named). {RUNS} runs at `--remedies off` and {TREATED_RUNS} at the level whose remedy
 applies (where none is expected to work, the runs say what the doctor does there); each unedited script
-{RUNS} times at the defaults and {RUNS} at `--remedies safe`. Fresh processes, {WORKERS} at a time, one
-thread per library. "Live alerts withdrawn": findings whose final state is `withdrawn`. Raw results:
+{CLEAN_RUNS} times at the defaults and {CLEAN_RUNS} at `--remedies safe`. Fresh processes, {WORKERS} at a time,
+one thread per library. "Same cause and line": the runs at `off` whose finding names the cause and place
+that most of them name; "rate spread": the largest of those findings' rates over the smallest. "Live alerts
+withdrawn": findings whose final state is `withdrawn`. Raw results:
 `benchmarks/results/textbook.json`.
 
 {leak_table(leaks, results)}
@@ -504,7 +513,8 @@ def main(argv: list[str]) -> int:
         return once(argv[1], argv[2])
     leaks, cleans = selected(argv)
     began, load_before = time.monotonic(), os.getloadavg()[0]
-    print(f"   {len(leaks)} planted leaks x {2 * RUNS} runs, {len(cleans)} unedited scripts x {2 * RUNS}", flush=True)
+    print(f"   {len(leaks)} planted leaks x {RUNS + TREATED_RUNS} runs, {len(cleans)} unedited scripts x {2 * CLEAN_RUNS}",
+          flush=True)
     results = run_all(leaks, cleans)
     seconds = time.monotonic() - began
     load = f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
