@@ -269,14 +269,16 @@ def model_turnover(ev: Evidence, metric: str = RSS) -> NewModels:
     freed = max(_reading(ladder, ALIVE, "before") - _reading(ladder, ALIVE, "after")
                 for ladder in (ev.middle, ev.end) if ladder is not None)
     survived = _reading(ev.end, ALIVE, "after") - _reading(ev.begin, ALIVE, "after")
-    # what the window's own models left: its growth over the models it made (the suspicion's rate, taken
-    # over windows that may have seen other calls, moves a borderline pile from one side to the other)
-    per_model = ev.growth(metric) / new if new else 0.0
     # the window's models may differ in size (a sweep over widths): their growth is weighed against the
     # mean of the sizes the ladders saw, not the last model's alone
     sizes = [size for ladder in (ev.begin, ev.middle, ev.end)
              if ladder is not None and (size := ladder.before(SIZE))]
     model_bytes = sum(sizes) / len(sizes) if sizes else 0.0
+    # what the window's own models left: its growth over the models it made (the suspicion's rate, taken
+    # over windows that may have seen other calls, moves a borderline pile from one side to the other);
+    # on the count of models alive, what the models that piled up hold
+    grown = ev.growth(metric) * (model_bytes if metric == ALIVE else 1.0)
+    per_model = grown / new if new else 0.0
     return NewModels(int(new), ev.steps, int(freed), int(survived), model_bytes, per_model)
 
 
@@ -293,16 +295,19 @@ def _memory(ev: Evidence, accepted: list[Finding]) -> list[str]:
     return sorted(grown, key=lambda m: m != RSS)
 
 
-def _held_models_memory(ev: Evidence, accepted: list[Finding]) -> list[str]:
-    """When the old models are still referenced after the ladder's gc.collect(): resident memory that grew
-    in the window (what the C heap cached around them may have been taken back by malloc_trim: a sweep's
-    fits move tens of MiB through the heap, more than a kept model holds, but each model kept holds its
-    variables and optimizer state for good), else the count of models alive where that raised the
-    suspicion (an exact count shows the pile before resident memory's noise does). [RSS], [ALIVE] or none."""
-    if not model_turnover(ev).referenced:
-        return []
+def _models_pile(ev: Evidence, accepted: list[Finding]) -> list[str]:
+    """Where no memory metric grew through the ladders. When the old models are still referenced after the
+    ladder's gc.collect(): resident memory that grew in the window (what the C heap cached around them may
+    have been taken back by malloc_trim: a sweep's fits move tens of MiB through the heap, more than a kept
+    model holds, but each model kept holds its variables and optimizer state for good), else the count of
+    models alive where that raised the suspicion (an exact count shows the pile before resident memory's
+    noise does). When the ladder's collection freed them: the count of models alive, where it raised the
+    suspicion, since Python's own full collections did not (keras#2102: on a large heap they come too
+    seldom for models in reference cycles). [RSS], [ALIVE] or none."""
     unexplained = ev.unexplained(accepted)
-    return [RSS] if RSS in unexplained else [ALIVE] if ALIVE in unexplained else []
+    if model_turnover(ev).referenced:
+        return [RSS] if RSS in unexplained else [ALIVE] if ALIVE in unexplained else []
+    return [ALIVE] if ALIVE in unexplained and ev.reclaimed_by(ALIVE) == "gc_collect" else []
 
 
 def _kept(ev: Evidence, metric: str) -> bool:
@@ -333,8 +338,8 @@ def models_rule(calls: Calls) -> Rule:
         memory = _memory(ev, accepted)
         where = f"{calls.kind}() at {calls.site}" if calls.site else f"{calls.kind}()"
         models = msg("new_models", count=new, calls=ev.steps, where=where)
-        if not memory and model_turnover(ev).referenced:
-            memory = _held_models_memory(ev, accepted)
+        if not memory:
+            memory = _models_pile(ev, accepted)
         if not memory:
             return [ev.finding(
                 "compile_cache", COMPILES, location=calls.site, explains=compiles, benign=True,
