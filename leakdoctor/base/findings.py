@@ -55,7 +55,7 @@ class Finding:
     explains: tuple[str, ...] = ()
     severity: str | None = None
     state: str | None = None
-    reason: str | None = None
+    reason: Record | None = None  # why it was withdrawn (a catalogue record; prose in a file of schema 1)
     detected_rate: float | None = None
     #: the same cause at the same place seen on other metrics (report.merged): each one's metric, rate,
     #: unit, steps, state, severity and remedy, as its own finding would have said
@@ -78,6 +78,7 @@ class Finding:
         # text (an old file, a caller that still writes prose) is kept as the catalogue's `text` record
         self.location = parse_location(self.location)
         self.evidence, self.recommendation = legacy(self.evidence), legacy(self.recommendation)
+        self.reason = legacy(self.reason)
         if self.detected_rate is None:
             self.detected_rate = self.rate_per_step
 

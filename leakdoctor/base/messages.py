@@ -320,6 +320,15 @@ MESSAGES: dict[str, str] = {
     "refilled": "not a leak, nothing to fix: {growth} as the program touched memory that malloc already held "
                 "(pages a cleanup had given back to the system, or the free top of a thread's heap); nothing new "
                 "was allocated: malloc's bytes in use and the mapped size stayed level",
+    # ---- why a finding was withdrawn (reporting/report.py, callbacks/keras.py)
+    "too_slow_unproven": "{metric} grew {rate:unit}/step over the run: too little to matter over {horizon} steps, "
+                         "and nothing proves a leak",
+    "flat_unproven": "{metric} did not grow over the run since it was found (its whole-run fit is flat or falling), "
+                     "and nothing proves a leak",
+    "stopped_after_remedy": "{metric} grew from step {first_step} ({cause}) and stopped after {remedy}, applied at step "
+                            "{applied_step} for {other}",
+    "stopped_by_itself": "{metric} grew from step {first_step} and stopped by itself after step {detected_step}",
+    "grew_in_one_fit": "{metric} grew within fit() call {number} only: the {later} fits watched after it did not grow so",
     "unproven_and_slow": "not a leak yet: {growth}, survived cleanup, but nothing accounts for it and the low end of "
                          "its rate is too slow to matter over the horizon; watched on",
     "nothing_accounts": "{growth}, survived cleanup, and no Python allocation or framework counter accounts for it",

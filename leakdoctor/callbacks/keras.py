@@ -740,8 +740,7 @@ def unrepeated(finding: Finding, number: int, fits: list[_Fit], watched: list[in
         return finding
     return dataclasses.replace(
         finding, state="withdrawn", severity=None,
-        reason=f"{finding.metric} grew within fit() call {number} only: the {len(later)} fits watched after it "
-               f"did not grow so")
+        reason=msg("grew_in_one_fit", metric=finding.metric, number=number, later=len(later)))
 
 
 def _count(n: int, noun: str) -> str:

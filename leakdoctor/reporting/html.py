@@ -162,7 +162,7 @@ def _finding(index: int, f: "Finding", summary: "Summary", uid: str) -> str:
             _row("withdrawn" if state == "withdrawn" else "detected", "detected-step", f.detected_step),
             _place_row(f.location)]
     if state == "withdrawn":
-        rows.append(_row("why withdrawn", "reason", f.reason or ""))
+        rows.append(_row("why withdrawn", "reason", _prose(f.reason)))
     rows += [_row("evidence", "evidence", _prose(f.evidence)), _row("fix", "fix", _prose(f.recommendation))]
     rows.append(_remedy_row(f.remedy, f.unit))
     rows += [_row("also seen on", "supporting", _supporting(other)) for other in f.supporting]

@@ -200,7 +200,8 @@ def _check_finding(finding: Any, where: str) -> None:
     _field(finding, "state", where, _optional(lambda v: v in STATES), f"one of {STATES} or null", required=False)
     _field(finding, "severity", where, _optional(lambda v: v in SEVERITIES), f"one of {SEVERITIES} or null",
            required=False)
-    _field(finding, "reason", where, _optional(_string), "a string or null", required=False)
+    _field(finding, "reason", where, _optional(lambda v: _string(v) or _record(v)), "a record, a string or null",
+           required=False)
     _field(finding, "rate_interval", where, _optional(lambda v: isinstance(v, list) and len(v) == 2),
            "a [low, high] pair or null", required=False)
     _field(finding, "remedy", where, _optional(lambda v: isinstance(v, dict)), "an object or null", required=False)

@@ -153,17 +153,16 @@ def rate_share(finding: Finding, findings: list[Finding]) -> float:
 
 
 def _state(copy: Finding, finding: Finding, findings: list[Finding], monitor: Monitor, settings: Settings,
-           material: bool, grew: bool) -> tuple[str, str | None]:
+           material: bool, grew: bool) -> tuple[str, Record | None]:
     """The finding's final state, and the reason where it is withdrawn."""
     if copy.benign:
         return "benign", None
     if copy.remedy and copy.remedy.effective:
         return "remedied", None
     if not material:  # too slow for resident memory to show whether it stopped: the proof decides
-        why = (f"grew {format_value(copy.rate_per_step, finding.unit)}/step over the run: too little to matter "
-               f"over {settings.horizon} steps" if grew else "did not grow over the run since it was found "
-                                                              "(its whole-run fit is flat or falling)")
-        return ("minor", None) if proven(copy) else ("withdrawn", f"{finding.metric} {why}, and nothing proves a leak")
+        why = msg("too_slow_unproven", metric=finding.metric, rate=copy.rate_per_step, unit=finding.unit,
+                  horizon=settings.horizon) if grew else msg("flat_unproven", metric=finding.metric)
+        return ("minor", None) if proven(copy) else ("withdrawn", why)
     # Resident memory reuses the heap it freed, so it can level off while a proven cause goes on (a list
     # of outputs that keep their graphs): only an exact counter (live arrays, a count) shows such a stop.
     resident_proof = proven(copy) and finding.metric == RESIDENT
@@ -191,17 +190,17 @@ def skipped_notes(monitor: Monitor) -> list[Record]:
     return [msg("nan_readings", metric=metric, count=count, step=first) for metric, (first, count) in monitor.skipped.items()]
 
 
-def stopped_note(finding: Finding, findings: list[Finding]) -> str:
+def stopped_note(finding: Finding, findings: list[Finding]) -> Record:
     """Why a growth that stopped is no leak: a remedy applied for another finding on the same metric
     stopped it, or it stopped by itself."""
-    head = f"{finding.metric} grew from step {finding.first_step}"
     for other in findings:
         remedy = other.remedy
         if other.metric == finding.metric and remedy and remedy.effective \
                 and remedy.applied_step >= finding.detected_step:
-            return (f"{head} ({finding.cause}) and stopped after {remedy.name}, applied at step "
-                    f"{remedy.applied_step} for {other.cause}")
-    return f"{head} and stopped by itself after step {finding.detected_step}"
+            return msg("stopped_after_remedy", metric=finding.metric, first_step=finding.first_step,
+                       cause=finding.cause, remedy=remedy.name, applied_step=remedy.applied_step, other=other.cause)
+    return msg("stopped_by_itself", metric=finding.metric, first_step=finding.first_step,
+               detected_step=finding.detected_step)
 
 
 def unwatched(settings: Settings, steps: int, engine_error: dict[str, str] | None = None) -> dict[str, Any] | None:

@@ -106,7 +106,7 @@ def _finding_lines(f: Finding) -> list[str]:
     lines = [f"[{state.upper()}] {f.cause} on {f.metric}: {format_value(f.rate_per_step, f.unit)}/step since step "
              f"{f.first_step}" + (f" (suspected at step {f.detected_step})" if state == "withdrawn" else "")]
     if state == "withdrawn":
-        return lines + [f"  why withdrawn: {f.reason}"]
+        return lines + [f"  why withdrawn: {render(f.reason)}"]
     if f.location:
         lines.append(f"  where: {f.where}")
     lines.append(f"  evidence: {f.evidence_text}")
