@@ -223,6 +223,9 @@ RECORDS: dict[str, tuple[tuple[str, ...], Callable[[dict, str, dict], bool]]] = 
     "collector_on": (("collector_on",), _params()),
     "nothing_allocated": (("refilled",), _params()),
     "too_slow_unproven": (("unproven_and_slow",), _params()),
+    "registered_evaluated": (("remedy_force_eval",), lambda p, c, parts: f"doctor.step({parts['name']}=...)" in p["parts"]),
+    "cache_limit_set": (("remedy_cap_cache",), lambda p, c, parts: f"{p['cap'] / 2**20:.1f} MiB" == parts["size"]),
+    "clears": (("remedy_clear_cache",), lambda p, c, parts: parts["name"] in p["clears"]),
     "no_cuda_snapshot": (("no_cuda_snapshot",), lambda p, c, parts: all(
         repr(p["path"]) == v if k == "path" else _same(p, k, c, v) for k, v in parts.items())),
     "did_not_stop": (("did_not_stop",), _params()),

@@ -20,7 +20,7 @@ class RemedyOutcome:
     applied_step: int
     effective: bool | None = None
     rate_after: float | None = None
-    detail: str = ""
+    detail: Record | list | str = ""  # what it did: a catalogue record (or records); prose in older files
     error: str | None = None
 
 

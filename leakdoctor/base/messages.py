@@ -320,6 +320,20 @@ MESSAGES: dict[str, str] = {
     "refilled": "not a leak, nothing to fix: {growth} as the program touched memory that malloc already held "
                 "(pages a cleanup had given back to the system, or the free top of a thread's heap); nothing new "
                 "was allocated: malloc's bytes in use and the mapped size stayed level",
+    # ---- what a remedy did (remedies/*.py: its outcome's `detail`)
+    "remedy_cap_cache": "mx.set_cache_limit({cap:bytes}), the largest transient working set (peak {peak:bytes} - "
+                        "active {active:bytes}); previous limit {previous:bytes}",
+    "remedy_clear_cache": "{clears:join} within 1% of step time",
+    "remedy_clear_session": "keras.backend.clear_session() after each call that used a new model (global names restart)",
+    "remedy_cond_to_where": "optimizer update rewritten: {sites} lax.cond -> select_n ({retraced})",
+    "remedy_detach": "detached the tensors held by {holders:join}, and new ones after every step{appends}",
+    "still_appends": "; {metric} still grows as the code appends, by detached items",
+    "remedy_force_eval": "mx.eval({parts:join}) after every step",
+    "remedy_gc_collect": "gc.collect() now, then young-generation collections within 1% of step time, at least every "
+                         "{every} steps",
+    "remedy_malloc_trim": "malloc_trim(0) within 1% of step time",
+    "remedy_remove_hooks": "removed {removed} repeated hook(s) from {tables} hook table(s), then repeats after each step",
+    "undone": "; undone",
     # ---- why a finding was withdrawn (reporting/report.py, callbacks/keras.py)
     "too_slow_unproven": "{metric} grew {rate:unit}/step over the run: too little to matter over {horizon} steps, "
                          "and nothing proves a leak",

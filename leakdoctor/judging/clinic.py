@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from leakdoctor import remedies
 from leakdoctor.base.evidence import Rule
-from leakdoctor.base.messages import Record, msg
+from leakdoctor.base.messages import Record, msg, render
 from leakdoctor.base.findings import Finding, RemedyOutcome
 from leakdoctor.base.guard import Guard
 from leakdoctor.base.integration import Cleanup, Forensic
@@ -408,7 +408,7 @@ class Clinic:
             finding.remedy = RemedyOutcome(name, self._step, detail=detail or "")
             self.treatments.append(Treatment(remedy, finding, self._step))
             self.monitor.busy(finding.explains)
-            self.say(Alert(f"step {self._step}: applied {name} for {finding.cause}" + (f": {detail}" if detail else ""),
+            self.say(Alert(f"step {self._step}: applied {name} for {finding.cause}" + (f": {render(detail)}" if detail else ""),
                            "remedy_applied", finding, step=self._step, remedy=name))
             return True
         return False
@@ -469,7 +469,7 @@ class Clinic:
             return
         self.treatments.remove(treatment)
         if self.guard.call(f"remedy {remedy.name}", remedy.undo, self._context_for(finding), default=False):
-            outcome.detail += "; undone"
+            outcome.detail = [outcome.detail, msg("undone")] if outcome.detail else msg("undone")
         self.notes.append(msg("at_step", step=self._step, note=msg(
             "did_not_stop", remedy=remedy.name, cause=finding.cause, metric=finding.metric)))
         if self._treat(finding):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from leakdoctor.base.findings import Finding
+from leakdoctor.base.messages import Record
 from leakdoctor.base.integration import Cleanup
 from leakdoctor.base.trend import Trend
 from leakdoctor.reading.pacing import Pacer
@@ -44,8 +45,8 @@ class Remedy:
         """Can this remedy act on this finding here (framework present, target known)?"""
         return ctx.finding.cause in self.treats
 
-    def apply(self, ctx: RemedyContext) -> str:
-        """Act once; return a short description of what was done."""
+    def apply(self, ctx: RemedyContext) -> Record | str:
+        """Act once; return what was done: a record of the message catalogue (base/messages.py)."""
         raise NotImplementedError
 
     def on_step(self, ctx: RemedyContext) -> None:

@@ -9,7 +9,7 @@ no live data."""
 
 from __future__ import annotations
 
-from leakdoctor.base.units import format_value
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.integrations.mlx import CACHE, core
 from leakdoctor.remedies.base import Remedy, RemedyContext
 
@@ -26,7 +26,7 @@ class CapCache(Remedy):
         """Only for growth that MLX's buffer cache accounts for (a finding that explains its metric)."""
         return super().applicable(ctx) and CACHE in ctx.finding.explains
 
-    def apply(self, ctx: RemedyContext) -> str:
+    def apply(self, ctx: RemedyContext) -> Record:
         mx = core()
         peak, active = mx.get_peak_memory(), mx.get_active_memory()
         cap = max(0, peak - active)
@@ -34,9 +34,7 @@ class CapCache(Remedy):
         if cap > self._previous:
             cap = self._previous
             mx.set_cache_limit(cap)
-        return (f"mx.set_cache_limit({format_value(cap, 'bytes')}), the largest transient working set "
-                f"(peak {format_value(peak, 'bytes')} - active {format_value(active, 'bytes')}); "
-                f"previous limit {format_value(self._previous, 'bytes')}")
+        return msg("remedy_cap_cache", cap=cap, peak=peak, active=active, previous=self._previous)
 
     def undo(self, ctx: RemedyContext) -> bool:
         if self._previous is None:

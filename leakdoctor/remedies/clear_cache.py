@@ -5,6 +5,7 @@ cleared compilations are rebuilt with the same results."""
 
 from __future__ import annotations
 
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.base.integration import Cleanup
 from leakdoctor.remedies.base import Periodic, Remedy, RemedyContext
 
@@ -25,10 +26,10 @@ class ClearCache(Remedy):
         # on a count metric is left to a remedy that removes the cause.
         return super().applicable(ctx) and ctx.finding.unit == "bytes" and bool(self._matching(ctx))
 
-    def apply(self, ctx: RemedyContext) -> str:
+    def apply(self, ctx: RemedyContext) -> Record:
         self._clears = self._matching(ctx)
         self._run()
-        return f"{', '.join(c.name for c in self._clears)} within 1% of step time"
+        return msg("remedy_clear_cache", clears=[c.name for c in self._clears])
 
     def on_step(self, ctx: RemedyContext) -> None:
         self._periodic.tick(ctx.step_seconds)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.base.trend import Trend
 from leakdoctor.integrations import keras as keras_integration
 from leakdoctor.integrations.process import malloc_trim
@@ -58,10 +59,10 @@ class ClearSession(Remedy):
         return (super().applicable(ctx) and isinstance(ctx.finding.subject, keras_integration.NewModels)
                 and isinstance(ctx.targets.get("keras_calls"), keras_integration.Calls))
 
-    def apply(self, ctx: RemedyContext) -> str:
+    def apply(self, ctx: RemedyContext) -> Record:
         self._piling_rate = ctx.finding.subject.piling_rate
         self._clear(ctx.targets["keras_calls"])
-        return "keras.backend.clear_session() after each call that used a new model (global names restart)"
+        return msg("remedy_clear_session")
 
     def on_step(self, ctx: RemedyContext) -> None:
         calls = ctx.targets["keras_calls"]

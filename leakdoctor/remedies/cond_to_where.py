@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Sequence
 
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.base.guard import warn
 from leakdoctor.remedies.base import Remedy, RemedyContext
 
@@ -226,13 +227,12 @@ class CondToWhere(Remedy):
         return super().applicable(ctx) and _is_transformation(getattr(report, "transformation", None)) \
             and bool(getattr(report, "retraced", None))
 
-    def apply(self, ctx: RemedyContext) -> str:
+    def apply(self, ctx: RemedyContext) -> Record:
         report = ctx.finding.subject
         self._original = report.transformation
         self._rewritten = _with_fallback(self._original, cond_to_where(self._original))
         self._sites = len(report.sites)
-        return (f"optimizer update rewritten: {self._sites} lax.cond -> select_n "
-                f"({'; '.join(s.describe() for s in report.retraced)})")
+        return msg("remedy_cond_to_where", sites=self._sites, retraced="; ".join(s.describe() for s in report.retraced))
 
     def transform_optimizer(self, tx: Any) -> Any:
         """The rewritten transformation for the one this remedy treats; any other `tx` unchanged."""

@@ -25,6 +25,7 @@ from collections import deque
 from itertools import islice
 from typing import Any, Callable
 
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.integrations.holders import Holder
 from leakdoctor.remedies.base import Remedy, RemedyContext
 
@@ -114,14 +115,13 @@ class DetachRetained(Remedy):
             return False
         return finding.unit == "bytes" or any(_reachable(holder) for holder in finding.subject)
 
-    def apply(self, ctx: RemedyContext) -> str:
+    def apply(self, ctx: RemedyContext) -> Record:
         self._holders = list(ctx.finding.subject)
         self._on_count = ctx.finding.unit == "count"
         self._detach_all()
         names = [h.name for h in self._holders if _reachable(h)] or [h.name for h in self._holders]
-        return (f"detached the tensors held by {', '.join(names)}, and new ones after every "
-                f"step" + (f"; {ctx.finding.metric} still grows as the code appends, by detached items"
-                           if self._on_count else ""))
+        appends = msg("still_appends", metric=ctx.finding.metric) if self._on_count else None
+        return msg("remedy_detach", holders=names, appends=appends)
 
     def worked(self, rate_before: float, after: Any) -> bool:
         """On memory: its slope fell (Remedy.worked). On a container's length, which goes on growing as the

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.integrations.mlx import STATE, core, state_trees
 from leakdoctor.remedies.base import Remedy, RemedyContext
 
@@ -28,11 +29,11 @@ class ForceEval(Remedy):
         state = getattr(chain, "state", True)
         return super().applicable(ctx) and bool(_state(ctx) if state else _registered(ctx))
 
-    def apply(self, ctx: RemedyContext) -> str:
+    def apply(self, ctx: RemedyContext) -> Record:
         self.on_step(ctx)
         parts = [STATE] if _state(ctx) else []
         parts += [f"doctor.step({name}=...)" for name in sorted(_registered_names(ctx))]
-        return f"mx.eval({', '.join(parts)}) after every step"
+        return msg("remedy_force_eval", parts=parts)
 
     def on_step(self, ctx: RemedyContext) -> None:
         _eval()(*_state(ctx), *_registered(ctx))

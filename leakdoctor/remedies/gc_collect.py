@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.base.findings import Finding
 from leakdoctor.remedies.base import Periodic, Remedy, RemedyContext
 
@@ -25,11 +26,10 @@ class GcCollect(Remedy):
     def applicable(self, ctx: RemedyContext) -> bool:
         return super().applicable(ctx) and ctx.finding.reclaimed_by == "gc_collect"
 
-    def apply(self, ctx: RemedyContext) -> str:
+    def apply(self, ctx: RemedyContext) -> Record:
         gc.collect()
         self._periodic = Periodic(lambda: gc.collect(1), budget=0.01, maximum=steps_per_pile(ctx.finding))
-        return ("gc.collect() now, then young-generation collections within 1% of step time, "
-                f"at least every {self._periodic.every_at_most} steps")
+        return msg("remedy_gc_collect", every=self._periodic.every_at_most)
 
     def on_step(self, ctx: RemedyContext) -> None:
         if self._periodic is not None:

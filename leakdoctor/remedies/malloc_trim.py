@@ -4,6 +4,7 @@ investigation saw malloc_trim take the growth back; skipped where libc has no ma
 
 from __future__ import annotations
 
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.integrations.process import malloc_trim
 from leakdoctor.remedies.base import Periodic, Remedy, RemedyContext
 
@@ -21,8 +22,8 @@ class MallocTrim(Remedy):
         return (super().applicable(ctx) and self._trim is not None
                 and ctx.finding.reclaimed_by == "malloc_trim" and ctx.finding.metric == "rss_bytes")
 
-    def apply(self, ctx: RemedyContext) -> str:
-        return "malloc_trim(0) within 1% of step time"
+    def apply(self, ctx: RemedyContext) -> Record:
+        return msg("remedy_malloc_trim")
 
     def on_step(self, ctx: RemedyContext) -> None:
         self._periodic.tick(ctx.step_seconds)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from leakdoctor.base.messages import Record, msg
 from leakdoctor.integrations.torch import HOOK_EXTRAS, duplicate_handles
 from leakdoctor.remedies.base import Remedy, RemedyContext
 
@@ -34,10 +35,10 @@ class RemoveHooks(Remedy):
     def applicable(self, ctx: RemedyContext) -> bool:
         return super().applicable(ctx) and bool(ctx.finding.subject)
 
-    def apply(self, ctx: RemedyContext) -> str:
+    def apply(self, ctx: RemedyContext) -> Record:
         self._tables = list(ctx.finding.subject)
         removed = self._drop()
-        return f"removed {removed} repeated hook(s) from {len(self._tables)} hook table(s), then repeats after each step"
+        return msg("remedy_remove_hooks", removed=removed, tables=len(self._tables))
 
     def on_step(self, ctx: RemedyContext) -> None:
         self._drop()

@@ -210,7 +210,7 @@ def _remedy_row(remedy: "RemedyOutcome | None", unit: str) -> str:
     after = ("" if remedy.rate_after is None else
              f', then <span data-field="rate-after" data-value="{_number(remedy.rate_after)}">'
              f"{text(format_value(remedy.rate_after, unit))}</span>/step")
-    detail = f' <span class="detail" data-field="remedy-detail">({text(remedy.detail)})</span>' if remedy.detail else ""
+    detail = f' <span class="detail" data-field="remedy-detail">({text(_prose(remedy.detail))})</span>' if remedy.detail else ""
     return (f'<dt>remedy</dt><dd data-field="remedy" data-outcome="{outcome}">'
             f'<span data-field="remedy-name">{text(remedy.name)}</span> at step '
             f'<span data-field="remedy-step">{remedy.applied_step}</span>: '

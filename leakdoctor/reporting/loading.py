@@ -215,5 +215,7 @@ def _check_finding(finding: Any, where: str) -> None:
         _field(remedy, "effective", where, _optional(lambda v: isinstance(v, bool)), "true, false or null",
                required=False)
         _field(remedy, "rate_after", where, _optional(_number), "a number or null", required=False)
-        for key in ("detail", "error"):
-            _field(remedy, key, where, _optional(_string), "a string or null", required=False)
+        _field(remedy, "detail", where, _optional(lambda v: _string(v) or _record(v) or isinstance(v, list)
+                                                  and all(_record(r) for r in v)), "a record, records or a string",
+               required=False)
+        _field(remedy, "error", where, _optional(_string), "a string or null", required=False)
