@@ -35,7 +35,7 @@ import comparators  # noqa: E402
 from common import OUT, machine, table, write_section  # noqa: E402
 
 from leakdoctor.base.messages import location_text  # noqa: E402
-from leakdoctor.judging.detect import theil_sen  # noqa: E402
+from leakdoctor.base.trend import theil_sen  # noqa: E402
 
 ROOT = Path(__file__).parent.parent
 SCENARIOS = Path(__file__).parent / "scenarios"

@@ -14,9 +14,9 @@ from helpers import says
 
 from leakdoctor.integrations import Cleanup, MetricSpec
 from leakdoctor.judging.clinic import Clinic, Practice, Treatment
-from leakdoctor.judging.detect import Trend
-from leakdoctor.judging.evidence import Rule
-from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.base.trend import Trend
+from leakdoctor.base.evidence import Rule
+from leakdoctor.base.guard import Guard
 from leakdoctor.reading.monitor import Monitor
 from leakdoctor.remedies.base import Remedy, RemedyContext
 from leakdoctor.reporting.summary import Finding, RemedyOutcome

@@ -9,9 +9,9 @@ from helpers import has, says
 
 from leakdoctor.integrations import MetricSpec
 from leakdoctor.integrations.python import Watchlist, container_rule
-from leakdoctor.judging.detect import Trend
-from leakdoctor.judging.evidence import Evidence, Ladder
-from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.base.trend import Trend
+from leakdoctor.base.evidence import Evidence, Ladder
+from leakdoctor.base.guard import Guard
 
 MIB = 2**20
 STEPS = 8

@@ -16,7 +16,7 @@ from helpers import says
 
 from leakdoctor import LeakDoctor, LeakDoctorWarning
 from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec
-from leakdoctor.judging.evidence import Rule
+from leakdoctor.base.evidence import Rule
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from leakdoctor.integrations import MetricSpec
-from leakdoctor.judging.detect import (FLAT, GROWING, PLATEAU, assess, classify, is_material, mann_kendall, onset_index,
+from leakdoctor.base.trend import (FLAT, GROWING, PLATEAU, assess, classify, is_material, mann_kendall, onset_index,
                                        slope_bound, steps_to_limit, theil_sen, window_minima)
 from leakdoctor.judging.suspicion import Suspicion
 from leakdoctor.reading.monitor import Monitor

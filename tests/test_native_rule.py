@@ -17,11 +17,11 @@ from helpers import isolated, says
 
 from leakdoctor.integrations import Cleanup, MetricSpec
 from leakdoctor.integrations.process import RssProbe, malloc_in_use, malloc_trim, python_slack
-from leakdoctor.judging.detect import Trend
+from leakdoctor.base.trend import Trend
 from leakdoctor.judging.diagnosis import fallback
-from leakdoctor.judging.evidence import HEAP, MAPPED, Evidence, Ladder
+from leakdoctor.base.evidence import HEAP, MAPPED, Evidence, Ladder
 from leakdoctor.judging.investigate import run_ladder
-from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.base.guard import Guard
 
 MIB = 2**20
 RSS = "rss_bytes"

@@ -18,7 +18,7 @@ from helpers import isolated, says
 
 from leakdoctor import LeakDoctor, LeakDoctorWarning
 from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec
-from leakdoctor.judging import detect
+from leakdoctor.base import trend as detect
 
 pytest_plugins = ["pytester"]
 

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from leakdoctor.lifecycle.guard import Guard, LeakDoctorWarning
+from leakdoctor.base.guard import Guard, LeakDoctorWarning
 from leakdoctor.lifecycle.stopping import FARTHEST, SharedLimitWatch
 from leakdoctor.settings import Settings
 

@@ -14,7 +14,7 @@ from helpers import counts, says, place
 
 from leakdoctor import Finding, Summary
 from leakdoctor.cli import main
-from leakdoctor.reporting.schema import SCHEMA
+from leakdoctor.base.schema import SCHEMA
 from leakdoctor.reporting.summary import RemedyOutcome, SeriesSummary
 
 

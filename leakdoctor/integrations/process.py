@@ -262,7 +262,7 @@ class CgroupProbe:
 
 class AddressSpaceProbe:
     """The address space (`vms_bytes`, the first field of the statm read resident memory's reader takes),
-    the figure RLIMIT_AS is compared with (lifecycle/limits.py): the kernel refuses a mapping, touched or
+    the figure RLIMIT_AS is compared with (integrations/limits.py): the kernel refuses a mapping, touched or
     not, once it would pass the limit, so reservations count here although they cost no memory.
     Supporting evidence, never a suspicion of its own (reservations come and go): a leak found on resident
     memory is projected onto it (`covers`)."""
