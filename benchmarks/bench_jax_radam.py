@@ -34,7 +34,7 @@ from leakdoctor.callbacks.flax import LeakDoctor  # noqa: E402
 from leakdoctor.examples.old_radam import old_radam  # noqa: E402
 from leakdoctor.integrations.jax import compile_listener  # noqa: E402
 from leakdoctor.integrations.process import RssReader  # noqa: E402
-from leakdoctor.base.trend import theil_sen  # noqa: E402
+from leakdoctor._base.trend import theil_sen  # noqa: E402
 from leakdoctor.remedies.cond_to_where import cond_to_where  # noqa: E402
 
 STEPS = 60

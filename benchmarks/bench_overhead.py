@@ -179,7 +179,7 @@ def floor() -> dict[str, Any]:
 
     from leakdoctor.integrations import MetricSpec
     from leakdoctor.integrations.process import ResidentReader, RssReader
-    from leakdoctor.reading.series import Series
+    from leakdoctor._reading.series import Series
 
     doctor = doctor_for("python", overhead=1.0)
     fd = os.open("/proc/self/statm", os.O_RDONLY)
@@ -229,7 +229,7 @@ def wake_cost(read: Callable[[], float] | None = None) -> dict[str, float]:
     interval at which the sampler thread's budget (THREAD_BUDGET of a core) affords such wakes."""
     import threading
 
-    from leakdoctor.reading.thread import THREAD_BUDGET
+    from leakdoctor._reading.thread import THREAD_BUDGET
 
     stop, done = threading.Event(), {}
 

@@ -35,7 +35,7 @@ def check(cls: type, options: Mapping[str, Any], own: Iterable[str] = ()) -> Set
     validate the values as its doctors will, and return the settings they make."""
     refuse_unknown(cls, options, {*own, *ENGINE_ONLY})
     integrations = options.get("integrations", ())
-    from leakdoctor.base.integration import Integration
+    from leakdoctor._base.integration import Integration
 
     if isinstance(integrations, (str, bytes)) or not isinstance(integrations, Iterable) \
             or not all(isinstance(part, Integration) for part in integrations):

@@ -13,11 +13,11 @@ from typing import Callable, Sequence
 from helpers import says
 
 from leakdoctor.integrations import Cleanup, MetricSpec
-from leakdoctor.judging.clinic import Clinic, Practice, Treatment
-from leakdoctor.base.trend import Trend
-from leakdoctor.base.evidence import Rule
-from leakdoctor.base.guard import Guard
-from leakdoctor.reading.monitor import Monitor
+from leakdoctor._judging.clinic import Clinic, Practice, Treatment
+from leakdoctor._base.trend import Trend
+from leakdoctor._base.evidence import Rule
+from leakdoctor._base.guard import Guard
+from leakdoctor._reading.monitor import Monitor
 from leakdoctor.remedies.base import Remedy, RemedyContext
 from leakdoctor.reporting.summary import Finding, RemedyOutcome
 from leakdoctor.settings import Settings

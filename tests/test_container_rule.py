@@ -9,9 +9,9 @@ from helpers import has, says
 
 from leakdoctor.integrations import MetricSpec
 from leakdoctor.integrations.python import Watchlist, container_rule
-from leakdoctor.base.trend import Trend
-from leakdoctor.base.evidence import Evidence, Ladder
-from leakdoctor.base.guard import Guard
+from leakdoctor._base.trend import Trend
+from leakdoctor._base.evidence import Evidence, Ladder
+from leakdoctor._base.guard import Guard
 
 MIB = 2**20
 STEPS = 8

@@ -14,7 +14,7 @@ from helpers import counts, says, place
 
 from leakdoctor import Finding, Summary
 from leakdoctor.cli import main
-from leakdoctor.base.schema import SCHEMA
+from leakdoctor._base.schema import SCHEMA
 from leakdoctor.reporting.summary import RemedyOutcome, SeriesSummary
 
 
@@ -182,7 +182,7 @@ def test_demo_default_is_the_first_installed_case():
 def _fed_monitor(value_at: Callable[[int], float], steps: int) -> tuple[Any, Any]:
     """A monitor at the default settings whose resident memory read `value_at(step)` on every step."""
     from leakdoctor.integrations import MetricSpec
-    from leakdoctor.reading.monitor import Monitor
+    from leakdoctor._reading.monitor import Monitor
     from leakdoctor.settings import Settings
 
     settings = Settings.create(verbose=False)

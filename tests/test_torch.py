@@ -24,8 +24,8 @@ from leakdoctor.integrations.holders import Holder
 from leakdoctor.integrations.python import code_location
 from leakdoctor.integrations.torch import device_rule
 from leakdoctor.integrations.torch_graphs import TensorCensus, retained_rule
-from leakdoctor.base.trend import Trend
-from leakdoctor.base.evidence import Evidence, Ladder
+from leakdoctor._base.trend import Trend
+from leakdoctor._base.evidence import Evidence, Ladder
 from leakdoctor.remedies.base import RemedyContext
 from leakdoctor.remedies.detach_retained import DetachRetained, Packer, detached
 from leakdoctor.remedies.remove_hooks import drop_repeats

@@ -36,11 +36,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from leakdoctor import doctor
-from leakdoctor.framework import Framework
+from leakdoctor._framework import Framework
 from leakdoctor.integrations import jax as jax_integration
 from leakdoctor.integrations.jax import OptimizerCall
-from leakdoctor.lifecycle import stopping
-from leakdoctor.base.guard import Guard
+from leakdoctor._lifecycle import stopping
+from leakdoctor._base.guard import Guard
 from leakdoctor.reporting import ranks
 from leakdoctor.settings import DoctorOptions, documented
 

@@ -15,8 +15,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
-from leakdoctor.base.messages import Record, msg
-from leakdoctor.base.source import calling_line, frame_locals, is_user_file, short_path, stored_value, storing_line
+from leakdoctor._base.messages import Record, msg
+from leakdoctor._base.source import calling_line, frame_locals, is_user_file, short_path, stored_value, storing_line
 from leakdoctor.integrations import heap
 
 

@@ -24,14 +24,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
-from leakdoctor.base.evidence import Evidence, Rule
-from leakdoctor.base.findings import Finding
-from leakdoctor.base.messages import Record, msg, render
-from leakdoctor.base.integration import Cleanup, Integration
-from leakdoctor.base.metric import FunctionProbe, MetricSpec
-from leakdoctor.base.source import caller_frame, is_user_file, short_path, user_site
-from leakdoctor.base.trend import is_material
-from leakdoctor.base.units import format_value
+from leakdoctor._base.evidence import Evidence, Rule
+from leakdoctor._base.findings import Finding
+from leakdoctor._base.messages import Record, msg, render
+from leakdoctor._base.integration import Cleanup, Integration
+from leakdoctor._base.metric import FunctionProbe, MetricSpec
+from leakdoctor._base.source import caller_frame, is_user_file, short_path, user_site
+from leakdoctor._base.trend import is_material
+from leakdoctor._base.units import format_value
 from leakdoctor.integrations.holders import Holder, find_holders
 
 #: The event jax (0.4.30 and later, 0.10 included) records around every XLA backend compile.

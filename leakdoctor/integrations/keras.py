@@ -34,12 +34,12 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from leakdoctor.base.evidence import Evidence, Rule
-from leakdoctor.base.findings import Finding
-from leakdoctor.base.messages import Record, msg
-from leakdoctor.base.integration import Integration
-from leakdoctor.base.metric import FunctionProbe, MetricSpec
-from leakdoctor.base.source import caller_frame, is_user_file, user_site
+from leakdoctor._base.evidence import Evidence, Rule
+from leakdoctor._base.findings import Finding
+from leakdoctor._base.messages import Record, msg
+from leakdoctor._base.integration import Integration
+from leakdoctor._base.metric import FunctionProbe, MetricSpec
+from leakdoctor._base.source import caller_frame, is_user_file, user_site
 from leakdoctor.integrations.holders import Holder, find_holders
 
 ALIVE = "keras_models_alive"

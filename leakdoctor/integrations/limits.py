@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 import psutil
 
-from leakdoctor.base.metric import MetricSpec
+from leakdoctor._base.metric import MetricSpec
 
 __all__ = ["SOURCES", "RESIDENT", "CHARGE", "ADDRESS", "CHARGE_FILES", "UNLIMITED", "Limit", "process_limit", "describe",
            "ram", "cgroup_limit", "cgroup_mounts", "rlimits"]

@@ -31,15 +31,15 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Callable, Iterator, Mapping
 
-from leakdoctor.base.evidence import Evidence, Rule
-from leakdoctor.base.findings import Finding
-from leakdoctor.base.messages import Record, msg
-from leakdoctor.base.integration import Cleanup, Integration
-from leakdoctor.base.metric import FunctionProbe, MetricSpec
-from leakdoctor.base.source import caller_frame, frame_locals, frame_location, short_path, source_line
-from leakdoctor.base.units import format_value
+from leakdoctor._base.evidence import Evidence, Rule
+from leakdoctor._base.findings import Finding
+from leakdoctor._base.messages import Record, msg
+from leakdoctor._base.integration import Cleanup, Integration
+from leakdoctor._base.metric import FunctionProbe, MetricSpec
+from leakdoctor._base.source import caller_frame, frame_locals, frame_location, short_path, source_line
+from leakdoctor._base.units import format_value
 from leakdoctor.integrations.holders import Holder, find_holders, live_instances
-from leakdoctor.reading.pacing import Pacer
+from leakdoctor._reading.pacing import Pacer
 
 ACTIVE, CACHE, PEAK = "mlx_active_bytes", "mlx_cache_bytes", "mlx_peak_bytes"
 RSS = "rss_bytes"

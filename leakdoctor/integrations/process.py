@@ -20,16 +20,16 @@ from typing import Any, Callable, Mapping
 
 import psutil
 
-from leakdoctor.base.evidence import ACCOUNTED, HEAP, MAPPED, Evidence, Rule
-from leakdoctor.base.messages import msg
-from leakdoctor.base.integration import Cleanup, Integration
-from leakdoctor.base.metric import MetricSpec
+from leakdoctor._base.evidence import ACCOUNTED, HEAP, MAPPED, Evidence, Rule
+from leakdoctor._base.messages import msg
+from leakdoctor._base.integration import Cleanup, Integration
+from leakdoctor._base.metric import MetricSpec
 from leakdoctor.integrations.private import PrivateMemory
 
 #: The bytes of the blocks that objects use in Python's small-object arenas (a triage's counter: what a
 #: growth of small Python objects keeps, which malloc's bytes in use do not count).
 PYTHON = "python_bytes"
-from leakdoctor.base.findings import Finding
+from leakdoctor._base.findings import Finding
 from leakdoctor.integrations import limits
 
 
@@ -174,7 +174,7 @@ class RssProbe:
     that come and go map 1 MiB at a time, more than a window of steps refaults. While tracemalloc traces
     (the middle of an investigation's window), that slack cannot be read, and the last one read stands.
     Malloc's bytes in use and the bytes Python's objects use in its arenas (`python_bytes`) are also what
-    confirms a suspicion of resident memory before an investigation (judging/triage.py): a growth that
+    confirms a suspicion of resident memory before an investigation (_judging/triage.py): a growth that
     keeps memory shows in one of them; one that touches pages again, or maps address space, does not."""
 
     name = "rss"
@@ -217,7 +217,7 @@ class RssProbe:
         self._read.close()
 
     def thread_reader(self) -> "ResidentReader":
-        """A reader of resident memory for the sampler thread (reading/thread.py)."""
+        """A reader of resident memory for the sampler thread (_reading/thread.py)."""
         return ResidentReader(self._read)
 
     def spec(self, metric: str) -> MetricSpec:
@@ -611,7 +611,7 @@ def workers_rule(probe: WorkerProbe) -> Rule:
 
 
 #: The share of the doctor's budget the workers' reads may take, on a schedule of their own (a probe that
-#: paces itself: its time is left out of the sampling pacer's, reading/probing.py), and only while the run
+#: paces itself: its time is left out of the sampling pacer's, _reading/probing.py), and only while the run
 #: has workers: all of it, as the torch probe of the pages workers copy has. On Linux a worker's read costs
 #: 0.25 ms (0.7 ms on a busy machine), so one worker is read every 0.05 to 0.15 s, about 25 steps of the
 #: textbook MNIST script: a worker replaced at each epoch of 400 steps shows its growth in a dozen reads

@@ -15,18 +15,18 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from leakdoctor.base.evidence import Evidence, Rule
-from leakdoctor.base.findings import Finding
-from leakdoctor.base.guard import Guard
-from leakdoctor.base.integration import Cleanup, Integration
-from leakdoctor.base.messages import Record, msg
-from leakdoctor.base.metric import MetricSpec
-from leakdoctor.base.source import (class_region, code_location, is_engine, is_user_file, short_path, storing_line,
+from leakdoctor._base.evidence import Evidence, Rule
+from leakdoctor._base.findings import Finding
+from leakdoctor._base.guard import Guard
+from leakdoctor._base.integration import Cleanup, Integration
+from leakdoctor._base.messages import Record, msg
+from leakdoctor._base.metric import MetricSpec
+from leakdoctor._base.source import (class_region, code_location, is_engine, is_user_file, short_path, storing_line,
                                     storing_near)
-from leakdoctor.base.trend import is_material
+from leakdoctor._base.trend import is_material
 from leakdoctor.integrations import heap
 from leakdoctor.integrations.holders import CONTAINERS, Holder, keep_instead
-from leakdoctor.reading.gauges import TIMEOUT, Gauges
+from leakdoctor._reading.gauges import TIMEOUT, Gauges
 
 #: A count whose items hold too little to matter is still a leak when the step's CPU time rose by this
 #: share of itself while it grew: a step 40% slower is felt over a run; a busy machine's drift reached a
@@ -43,7 +43,7 @@ def type_name(t: type) -> str:
 class Watchlist:
     """User gauges (`doctor.watch`) and objects whose container attributes are counted
     (`doctor.watch_object`). The containers are this probe; the gauges are `gauges`, a probe of their
-    own that paces and times each (leakdoctor/reading/gauges.py); the names of both are answered for here."""
+    own that paces and times each (leakdoctor/_reading/gauges.py); the names of both are answered for here."""
 
     name = "watchlist"
     every = 1

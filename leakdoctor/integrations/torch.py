@@ -17,12 +17,12 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from leakdoctor.base.evidence import Evidence, Rule
-from leakdoctor.base.findings import Finding
-from leakdoctor.base.integration import Cleanup, Integration
-from leakdoctor.base.messages import Record, msg
-from leakdoctor.base.metric import MetricSpec
-from leakdoctor.base.source import caller_frame, code_location, is_user_file, short_path, stored_attributes
+from leakdoctor._base.evidence import Evidence, Rule
+from leakdoctor._base.findings import Finding
+from leakdoctor._base.integration import Cleanup, Integration
+from leakdoctor._base.messages import Record, msg
+from leakdoctor._base.metric import MetricSpec
+from leakdoctor._base.source import caller_frame, code_location, is_user_file, short_path, stored_attributes
 from leakdoctor.integrations.holders import CONTAINERS, live_instances, places
 from leakdoctor.integrations.pages import ItemPages
 from leakdoctor.integrations.process import GROWN, NEW, Throttled

@@ -12,9 +12,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from leakdoctor.base.evidence import RSS, Evidence, Rule
-from leakdoctor.base.findings import Finding
-from leakdoctor.base.messages import Record, msg
+from leakdoctor._base.evidence import RSS, Evidence, Rule
+from leakdoctor._base.findings import Finding
+from leakdoctor._base.messages import Record, msg
 from leakdoctor.integrations.holders import CONTAINERS, Holder, find_holders, keep_instead, live_instances
 from leakdoctor.integrations.python import new_items
 
@@ -344,7 +344,7 @@ def chain_length(node: Any, limit: int) -> int:
 
 
 def last_look(tensor_type: type, roots: Callable[[], list[Any]]) -> Callable[[int], list[Finding]]:
-    """The census's proof in one snapshot, for finish() (judging/last_look.py): a tensor whose graph chains
+    """The census's proof in one snapshot, for finish() (_judging/last_look.py): a tensor whose graph chains
     a node of one kind for every other step of the run, or a container holding a tensor with its graph for
     every other step, held by a named place of the user's program: retained_graph at the line that stores
     into it. A clean loop holds the last step's loss and outputs: neither."""

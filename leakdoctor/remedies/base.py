@@ -8,10 +8,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
-from leakdoctor.base.findings import Finding
-from leakdoctor.base.integration import Cleanup
-from leakdoctor.base.trend import Trend
-from leakdoctor.reading.pacing import Pacer
+from leakdoctor._base.findings import Finding
+from leakdoctor._base.integration import Cleanup
+from leakdoctor._base.trend import Trend
+from leakdoctor._reading.pacing import Pacer
 
 
 @dataclass

@@ -9,7 +9,7 @@ no live data."""
 
 from __future__ import annotations
 
-from leakdoctor.base.units import format_value
+from leakdoctor._base.units import format_value
 from leakdoctor.integrations.mlx import CACHE, core
 from leakdoctor.remedies.base import Remedy, RemedyContext
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leakdoctor.base.trend import Trend
+from leakdoctor._base.trend import Trend
 from leakdoctor.integrations import keras as keras_integration
 from leakdoctor.integrations.process import malloc_trim
 from leakdoctor.remedies.base import Remedy, RemedyContext

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gc
 
-from leakdoctor.base.findings import Finding
+from leakdoctor._base.findings import Finding
 from leakdoctor.remedies.base import Periodic, Remedy, RemedyContext
 
 #: The most garbage left between two collections. Freeing a pile costs the same whether it is collected

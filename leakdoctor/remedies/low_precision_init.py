@@ -25,7 +25,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from leakdoctor.base.units import format_value
+from leakdoctor._base.units import format_value
 from leakdoctor.integrations.process import malloc_trim
 
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 if TYPE_CHECKING:
-    from leakdoctor.base.findings import Finding
-    from leakdoctor.base.guard import Guard
+    from leakdoctor._base.findings import Finding
+    from leakdoctor._base.guard import Guard
     from leakdoctor.settings import Settings
 
 PREFIX = "leakdoctor_"

@@ -21,18 +21,18 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leakdoctor.base import messages
-from leakdoctor.base.findings import proving
-from leakdoctor.base.messages import location_text
-from leakdoctor.base.schema import CAUSES, SCHEMA, STATES
-from leakdoctor.base.units import format_value
+from leakdoctor._base import messages
+from leakdoctor._base.findings import proving
+from leakdoctor._base.messages import location_text
+from leakdoctor._base.schema import CAUSES, SCHEMA, STATES
+from leakdoctor._base.units import format_value
 from leakdoctor.reporting.files import write_atomic
 from leakdoctor.reporting.plot import MARKED_CALLS, proof_panels, shown, title
 from leakdoctor.reporting.svg import Mark, chart, text
 from leakdoctor.reporting.text import ending_lines, overhead_line, supporting_line, why
 
 if TYPE_CHECKING:
-    from leakdoctor.base.findings import Finding, RemedyOutcome
+    from leakdoctor._base.findings import Finding, RemedyOutcome
     from leakdoctor.reporting.plot import PlottedSummary as Summary  # what the page reads of a summary
 
 __all__ = ["render", "fragment", "write", "place", "events", "remedy_outcome"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
-from leakdoctor.base.findings import Finding, SeriesSummary, proving
+from leakdoctor._base.findings import Finding, SeriesSummary, proving
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

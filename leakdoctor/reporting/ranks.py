@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from leakdoctor.base.messages import msg
+from leakdoctor._base.messages import msg
 from leakdoctor.reporting.summary import Summary
 
 

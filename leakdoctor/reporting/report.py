@@ -9,17 +9,17 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from leakdoctor.base.findings import Finding, SeriesSummary
-from leakdoctor.base.messages import Record, msg
-from leakdoctor.base.trend import SCALES, classify, is_material, steps_to_limit, theil_sen
-from leakdoctor.base.units import format_value
-from leakdoctor.judging.stopped import FIT_POINTS, stopped, thinned, whole_fit
-from leakdoctor.reading.monitor import RISING, Monitor
+from leakdoctor._base.findings import Finding, SeriesSummary
+from leakdoctor._base.messages import Record, msg
+from leakdoctor._base.trend import SCALES, classify, is_material, steps_to_limit, theil_sen
+from leakdoctor._base.units import format_value
+from leakdoctor._judging.stopped import FIT_POINTS, stopped, thinned, whole_fit
+from leakdoctor._reading.monitor import RISING, Monitor
 from leakdoctor.settings import Settings
 
 if TYPE_CHECKING:
-    from leakdoctor.judging.clinic import Clinic
-    from leakdoctor.reading.sampling import Sampler
+    from leakdoctor._judging.clinic import Clinic
+    from leakdoctor._reading.sampling import Sampler
 
 
 RESIDENT = "rss_bytes"
@@ -145,7 +145,7 @@ def _judged(finding: Finding, findings: list[Finding], monitor: Monitor, setting
 
 def rate_share(finding: Finding, findings: list[Finding]) -> float:
     """The part of its metric's whole-run rate that is the finding's own: where leaks found together share a
-    metric (judging/diagnosis.py shared_rates), in proportion of the rates each had when found; else all."""
+    metric (_judging/diagnosis.py shared_rates), in proportion of the rates each had when found; else all."""
     together = [f.detected_rate or 0.0 for f in findings if f.metric == finding.metric and not f.benign
                 and f.detected_step == finding.detected_step]
     total = sum(together)

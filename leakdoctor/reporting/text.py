@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from leakdoctor.base.findings import Finding, RemedyOutcome, SeriesSummary, known_fields, proving
-from leakdoctor.base.messages import render
-from leakdoctor.base.schema import STATES
-from leakdoctor.base.units import format_value
+from leakdoctor._base.findings import Finding, RemedyOutcome, SeriesSummary, known_fields, proving
+from leakdoctor._base.messages import render
+from leakdoctor._base.schema import STATES
+from leakdoctor._base.units import format_value
 
 __all__ = ["render_text", "why", "ending_lines", "overhead_line", "supporting_line", "step_time_line"]
 
