@@ -21,7 +21,7 @@ from leakdoctor._base import logs
 from leakdoctor._base.guard import Guard
 from leakdoctor._base.messages import msg
 from leakdoctor._lifecycle import oom, stopping, termination
-from leakdoctor.reporting import exporter
+from leakdoctor.reporting import _exporter as exporter
 from leakdoctor.reporting.summary import Summary
 
 __all__ = ["finish", "write_summary"]

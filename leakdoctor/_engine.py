@@ -38,7 +38,7 @@ from leakdoctor._lifecycle.heartbeat import Heartbeat
 from leakdoctor._reading.monitor import Monitor
 from leakdoctor._reading.probing import Probes
 from leakdoctor._reading.sampling import STEP_CPU, STEP_TIME, Sampler
-from leakdoctor.reporting import exporter, report
+from leakdoctor.reporting import _exporter as exporter, _report as report
 from leakdoctor.reporting.summary import Summary, verdict_of
 from leakdoctor.settings import Settings
 from leakdoctor.trackers import feed

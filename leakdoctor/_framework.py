@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from leakdoctor._base.integration import Integration
     from leakdoctor._base.guard import Guard
     from leakdoctor._lifecycle.stopping import Agree
-    from leakdoctor.reporting.exporter import Publisher
+    from leakdoctor.reporting._exporter import Publisher
     from leakdoctor.reporting.summary import Summary
     from leakdoctor.settings import Settings
 

@@ -29,8 +29,8 @@ from leakdoctor._base.evidence import Evidence, Ladder
 from leakdoctor.remedies.base import RemedyContext
 from leakdoctor.remedies.detach_retained import DetachRetained, Packer, detached
 from leakdoctor.remedies.remove_hooks import drop_repeats
-from leakdoctor.reporting.ranks import merge
-from leakdoctor.reporting.report import proven
+from leakdoctor.reporting._ranks import merge
+from leakdoctor.reporting._report import proven
 from leakdoctor.reporting.summary import Finding, Summary
 
 

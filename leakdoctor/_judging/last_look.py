@@ -5,7 +5,7 @@ One bounded check, only where a series grew over the run (the whole-run Theil–
 zero after warm-up) and no finding explains it: each integration's last look (a snapshot of what it can
 prove at once; torch: autograd graphs chained across steps, or kept one a step in a container, by a named
 place), its findings added to the clinic's, on the series' whole-run rate. The summary judges them as any
-other (report.py): a proven cause too slow to matter is minor, listed at its line; the verdict stays clean.
+other (reporting/_report.py): a proven cause too slow to matter is minor, listed at its line; the verdict stays clean.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Did a growth stop by itself? The judgement the clinic makes during the run (a leak whose growth stopped
-is no longer one: clinic.py) and the summary makes again at the end (reporting/report.py withdraws it),
+is no longer one: clinic.py) and the summary makes again at the end (reporting/_report.py withdraws it),
 with the whole-run fits both read. Pure functions on the monitor's series."""
 
 from __future__ import annotations

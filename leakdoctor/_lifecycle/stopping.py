@@ -1,6 +1,6 @@
 """on_limit: what a doctor does when a leak that no remedy stopped is about to reach the memory limit.
 
-It reads what the clinic found and what report.py projects, and acts downstream of both: it warns,
+It reads what the clinic found and what reporting/_report.py projects, and acts downstream of both: it warns,
 ends the run (`should_stop`, after the checkpoint), or calls the user's function; it never feeds
 anything back into detection. Only a threat counts: a leak (not benign) with no effective remedy and
 none still being verified, material over the horizon, still growing since it was found, and projected
@@ -44,7 +44,7 @@ from leakdoctor._base.units import format_value
 from leakdoctor._judging.stopped import stopped
 from leakdoctor._base.logs import Alert, retell
 from leakdoctor._reading.monitor import Monitor
-from leakdoctor.reporting import report
+from leakdoctor.reporting import _report as report
 from leakdoctor.settings import Settings
 
 #: A warning is repeated when the steps left have fallen to this fraction of those last warned about.

@@ -26,7 +26,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from leakdoctor.reporting import ranks
+from leakdoctor.reporting import _ranks as ranks
 
 STEPS = ("a torch optimizer step, a Lightning Trainer fit, a Keras fit/evaluate/predict, an MLX "
          "Optimizer.update, an optax update or a Flax TrainState.apply_gradients run eagerly, or a function "

@@ -41,7 +41,7 @@ from leakdoctor.integrations import jax as jax_integration
 from leakdoctor.integrations.jax import OptimizerCall
 from leakdoctor._lifecycle import stopping
 from leakdoctor._base.guard import Guard
-from leakdoctor.reporting import ranks
+from leakdoctor.reporting import _ranks as ranks
 from leakdoctor.settings import DoctorOptions, documented
 
 if TYPE_CHECKING:

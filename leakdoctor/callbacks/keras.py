@@ -79,8 +79,8 @@ from leakdoctor._framework import Ending, Framework
 from leakdoctor.integrations import keras as keras_integration
 from leakdoctor._judging.stopped import thinned
 from leakdoctor._lifecycle import stopping
-from leakdoctor.reporting import ranks, report
-from leakdoctor.reporting.exporter import Publisher, publisher_for
+from leakdoctor.reporting import _ranks as ranks, _report as report
+from leakdoctor.reporting._exporter import Publisher, publisher_for
 from leakdoctor.reporting.summary import Summary
 from leakdoctor.settings import DoctorOptions, Settings, documented, reject_unknown
 

@@ -39,7 +39,7 @@ from leakdoctor._base.integration import Integration
 from leakdoctor._base.messages import msg
 from leakdoctor.integrations import torch as torch_integration
 from leakdoctor._lifecycle import stopping
-from leakdoctor.reporting import ranks
+from leakdoctor.reporting import _ranks as ranks
 from leakdoctor.reporting.summary import Summary
 from leakdoctor.settings import DoctorOptions, Settings, documented
 

@@ -1,5 +1,5 @@
 """The end-of-run report: findings, series, verdict; rendered as JSON (schema leakdoctor.summary/2, whose
-names are _base/schema.py's; /1 is still read), as a text table, and (with the [plot] extra) as a PNG (plot.py). Read back from a
+names are _base/schema.py's; /1 is still read), as a text table, and (with the [plot] extra) as a PNG (_plot.py). Read back from a
 file with Summary.load, which loading.py checks first. A Summary is made of the ground floor's Finding,
 RemedyOutcome and SeriesSummary (leakdoctor/_base/findings.py), which this module also exports."""
 
@@ -17,11 +17,11 @@ from leakdoctor._base.findings import Finding, RemedyOutcome, SeriesSummary, kno
 from leakdoctor._base.messages import Record, legacy, render
 from leakdoctor._base.schema import OLD_SCHEMAS, SCHEMA
 from leakdoctor._base.units import format_value
-from leakdoctor.reporting import html
-from leakdoctor.reporting.files import now_iso, write_atomic
+from leakdoctor.reporting import _html as html
+from leakdoctor.reporting._files import now_iso, write_atomic
 from leakdoctor.reporting.loading import read
-from leakdoctor.reporting.plot import plot_summary
-from leakdoctor.reporting.text import render_text, step_time_line
+from leakdoctor.reporting._plot import plot_summary
+from leakdoctor.reporting._text import render_text, step_time_line
 
 __all__ = ["Summary", "Finding", "RemedyOutcome", "SeriesSummary", "verdict_of", "format_value", "render_text",
            "step_time_line", "proving", "write_atomic", "now_iso"]
@@ -180,7 +180,7 @@ class Summary:
         plot_summary(self, path)
 
     def write_html(self, path: str | os.PathLike[str]) -> None:
-        """Write the run as one self-contained HTML page (reporting/html.py), atomically."""
+        """Write the run as one self-contained HTML page (reporting/_html.py), atomically."""
         html.write(self, path)
 
     def _repr_html_(self) -> str:

@@ -1,4 +1,4 @@
-"""One series drawn as an inline SVG chart for the HTML report (html.py): its readings as a line, the warm-up
+"""One series drawn as an inline SVG chart for the HTML report (_html.py): its readings as a line, the warm-up
 shaded, and marks at given steps (a growth's onset, its detection, a remedy's span, a stop), each named in a
 legend under the chart, on axes in steps and in the series' unit (MiB, ms, counts). Plain strings, no
 library: the report stays one self-contained file with nothing to install."""
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from leakdoctor.reporting.loading import clean
-from leakdoctor.reporting.plot import decimals, unit_of, y_limits
+from leakdoctor.reporting._plot import decimals, unit_of, y_limits
 
 __all__ = ["Mark", "chart", "nice_ticks", "text"]
 

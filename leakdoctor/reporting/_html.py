@@ -1,6 +1,6 @@
 """The summary as one self-contained HTML page (`leakdoctor report S.json --html OUT.html`, `html_path=`, and
 `Summary._repr_html_` in a notebook): the verdict and why, each finding (cause, place, fix, remedy and its
-outcome, state) with the series that proved it drawn as inline SVG (svg.py), every series, the run's
+outcome, state) with the series that proved it drawn as inline SVG (_svg.py), every series, the run's
 timeline (warm-up, growth, detection, remedies, stop, end), then notes, errors and the doctor's cost.
 
 Nothing is fetched: the CSS is inline, the charts are SVG, there is no script, and the page's
@@ -26,14 +26,14 @@ from leakdoctor._base.findings import proving
 from leakdoctor._base.messages import location_text
 from leakdoctor._base.schema import CAUSES, SCHEMA, STATES
 from leakdoctor._base.units import format_value
-from leakdoctor.reporting.files import write_atomic
-from leakdoctor.reporting.plot import MARKED_CALLS, proof_panels, shown, title
-from leakdoctor.reporting.svg import Mark, chart, text
-from leakdoctor.reporting.text import ending_lines, overhead_line, supporting_line, why
+from leakdoctor.reporting._files import write_atomic
+from leakdoctor.reporting._plot import MARKED_CALLS, proof_panels, shown, title
+from leakdoctor.reporting._svg import Mark, chart, text
+from leakdoctor.reporting._text import ending_lines, overhead_line, supporting_line, why
 
 if TYPE_CHECKING:
     from leakdoctor._base.findings import Finding, RemedyOutcome
-    from leakdoctor.reporting.plot import PlottedSummary as Summary  # what the page reads of a summary
+    from leakdoctor.reporting._plot import PlottedSummary as Summary  # what the page reads of a summary
 
 __all__ = ["render", "fragment", "write", "place", "events", "remedy_outcome"]
 
