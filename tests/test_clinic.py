@@ -18,7 +18,7 @@ from leakdoctor._base.trend import Trend
 from leakdoctor._base.evidence import Rule
 from leakdoctor._base.guard import Guard
 from leakdoctor._reading.monitor import Monitor
-from leakdoctor.remedies.base import Remedy, RemedyContext
+from leakdoctor.remedies._base import Remedy, RemedyContext
 from leakdoctor.reporting.summary import Finding, RemedyOutcome
 from leakdoctor.settings import Settings
 

@@ -10,7 +10,7 @@ import pytest
 
 from leakdoctor.integrations import process
 from leakdoctor.remedies import load, resolve
-from leakdoctor.remedies.base import Periodic, RemedyContext
+from leakdoctor.remedies._base import Periodic, RemedyContext
 from leakdoctor.reporting.summary import Finding
 
 

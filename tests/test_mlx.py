@@ -21,7 +21,7 @@ from helpers import has, isolated, kept, mentions, place, says
 from leakdoctor.callbacks.mlx import LeakDoctor
 from leakdoctor.integrations.mlx import CACHE
 from leakdoctor._base.trend import theil_sen
-from leakdoctor.remedies.base import RemedyContext
+from leakdoctor.remedies._base import RemedyContext
 from leakdoctor.remedies.cap_cache import CapCache
 from leakdoctor.reporting.summary import Finding
 

@@ -26,7 +26,7 @@ from leakdoctor.integrations.torch import device_rule
 from leakdoctor.integrations.torch_graphs import TensorCensus, retained_rule
 from leakdoctor._base.trend import Trend
 from leakdoctor._base.evidence import Evidence, Ladder
-from leakdoctor.remedies.base import RemedyContext
+from leakdoctor.remedies._base import RemedyContext
 from leakdoctor.remedies.detach_retained import DetachRetained, Packer, detached
 from leakdoctor.remedies.remove_hooks import drop_repeats
 from leakdoctor.reporting._ranks import merge

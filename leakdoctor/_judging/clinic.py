@@ -33,7 +33,7 @@ from leakdoctor._judging.suspicion import Suspicion
 from leakdoctor._judging.triage import Triage, corroborators
 from leakdoctor._base.logs import Alert
 from leakdoctor._reading.monitor import Monitor
-from leakdoctor.remedies.base import Remedy, RemedyContext
+from leakdoctor.remedies._base import Remedy, RemedyContext
 from leakdoctor.settings import Settings
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from leakdoctor._base.remedy_names import INVASIVE, LEVELS, NAMES, SAFE, resolve
 
 if TYPE_CHECKING:
-    from leakdoctor.remedies.base import Remedy
+    from leakdoctor.remedies._base import Remedy
 
 __all__ = ["SAFE", "INVASIVE", "NAMES", "LEVELS", "resolve", "load"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from leakdoctor._base.units import format_value
 from leakdoctor.integrations.mlx import CACHE, core
-from leakdoctor.remedies.base import Remedy, RemedyContext
+from leakdoctor.remedies._base import Remedy, RemedyContext
 
 
 class CapCache(Remedy):

@@ -6,7 +6,7 @@ cleared compilations are rebuilt with the same results."""
 from __future__ import annotations
 
 from leakdoctor._base.integration import Cleanup
-from leakdoctor.remedies.base import Periodic, Remedy, RemedyContext
+from leakdoctor.remedies._base import Periodic, Remedy, RemedyContext
 
 _NOT_CACHES = ("gc_collect", "malloc_trim")
 

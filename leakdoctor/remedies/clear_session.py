@@ -24,7 +24,7 @@ from typing import Any
 from leakdoctor._base.trend import Trend
 from leakdoctor.integrations import keras as keras_integration
 from leakdoctor.integrations.process import malloc_trim
-from leakdoctor.remedies.base import Remedy, RemedyContext
+from leakdoctor.remedies._base import Remedy, RemedyContext
 
 #: The only global state reset for good: the counters that make layer names unique.
 RESET = frozenset({"object_name_uids"})

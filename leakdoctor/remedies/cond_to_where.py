@@ -29,7 +29,7 @@ import functools
 from typing import Any, Callable, Sequence
 
 from leakdoctor._base.guard import warn
-from leakdoctor.remedies.base import Remedy, RemedyContext
+from leakdoctor.remedies._base import Remedy, RemedyContext
 
 __all__ = ["cond_to_where", "rewrite_jaxpr", "count_conds", "CondToWhere", "REMEDY"]
 

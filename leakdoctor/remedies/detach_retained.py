@@ -26,7 +26,7 @@ from itertools import islice
 from typing import Any, Callable
 
 from leakdoctor.integrations.holders import Holder
-from leakdoctor.remedies.base import Remedy, RemedyContext
+from leakdoctor.remedies._base import Remedy, RemedyContext
 
 #: Largest tensor (bytes) packed into a shared buffer, and the size of one buffer.
 PACK_BYTES = 4096

@@ -13,7 +13,7 @@ import inspect
 from typing import Any
 
 from leakdoctor.integrations.mlx import STATE, core, state_trees
-from leakdoctor.remedies.base import Remedy, RemedyContext
+from leakdoctor.remedies._base import Remedy, RemedyContext
 
 
 class ForceEval(Remedy):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from leakdoctor.integrations.torch import HOOK_EXTRAS, duplicate_handles
-from leakdoctor.remedies.base import Remedy, RemedyContext
+from leakdoctor.remedies._base import Remedy, RemedyContext
 
 
 def drop_repeats(module: Any, kind: str) -> int:
