@@ -30,7 +30,7 @@ from leakdoctor._base.integration import Integration
 from leakdoctor._base.metric import MetricSpec
 from leakdoctor._base.version import __version__
 from leakdoctor._framework import Framework
-from leakdoctor.integrations import limits, process, python
+from leakdoctor.integrations import _limits as limits, _process as process, _python as python
 from leakdoctor._judging.clinic import Clinic, Practice
 from leakdoctor._judging.diagnosis import GENERIC_RULES
 from leakdoctor._lifecycle import oom, stopping

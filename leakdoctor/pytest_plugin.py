@@ -270,7 +270,7 @@ CAUSE_OF = {"traced_bytes": "python_objects", "malloc_bytes": "native_memory", "
 
 def _measures() -> list[tuple[str, Callable[[], float]]]:
     """(name, read) of every measure of bytes kept alive that this process has, each read once to try it."""
-    from leakdoctor.integrations.process import malloc_in_use
+    from leakdoctor.integrations._process import malloc_in_use
 
     found: list[tuple[str, Callable[[], float]]] = [("traced_bytes", lambda: tracemalloc.get_traced_memory()[0])]
     in_use = malloc_in_use()

@@ -8,7 +8,7 @@ import numpy as np
 from helpers import has, says
 
 from leakdoctor.integrations import MetricSpec
-from leakdoctor.integrations.python import Watchlist, container_rule
+from leakdoctor.integrations._python import Watchlist, container_rule
 from leakdoctor._base.trend import Trend
 from leakdoctor._base.evidence import Evidence, Ladder
 from leakdoctor._base.guard import Guard

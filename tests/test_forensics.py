@@ -13,9 +13,9 @@ from typing import Any, Mapping
 
 import pytest
 
-from leakdoctor.integrations.pages import PAGE, ItemPages
-from leakdoctor.integrations.private import PrivateMemory
-from leakdoctor.integrations.process import Throttled
+from leakdoctor.integrations._pages import PAGE, ItemPages
+from leakdoctor.integrations._private import PrivateMemory
+from leakdoctor.integrations._process import Throttled
 from leakdoctor._base.guard import Guard
 from leakdoctor._reading.probing import Probes
 
@@ -234,7 +234,7 @@ class Record:
 
 
 def test_the_type_census_counts_the_users_objects_and_not_leakdoctors_own():
-    from leakdoctor.integrations.python import TypeCensus
+    from leakdoctor.integrations._python import TypeCensus
     from leakdoctor._base.trend import Trend
 
     census = TypeCensus()
@@ -273,7 +273,7 @@ def _sites_of_a_window(fill) -> str | None:
     """container_location of Keeper.kept after a traced window in which `fill(keeper)` ran 5 times."""
     import tracemalloc
 
-    from leakdoctor.integrations.python import AllocationDiff, ContainerSites, Watchlist, container_location
+    from leakdoctor.integrations._python import AllocationDiff, ContainerSites, Watchlist, container_location
     from leakdoctor._base.guard import Guard
 
     keeper, watchlist = Keeper(), Watchlist(Guard())
@@ -323,7 +323,7 @@ def test_jax_compiles_and_cache_misses_are_placed_at_the_users_call():
     import jax
     import jax.numpy as jnp
 
-    from leakdoctor.integrations.jax import CompileLog
+    from leakdoctor.integrations._jax import CompileLog
 
     @functools.partial(jax.jit, static_argnums=1)
     def scaled(x, n):

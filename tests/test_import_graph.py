@@ -10,7 +10,7 @@ top floor, beside the entry points):
     1  settings      the options a doctor takes (they check `remedies=` against _base/remedy_names.py)
     2  _reading      probes read, series kept (_reading/monitor.py only reads and reports values)
     3  integrations  one module per framework: probes, forensics, cleanups, rules (the process integration
-                     reads the memory limit, integrations/limits.py)
+                     reads the memory limit, integrations/_limits.py)
     4  remedies      what can be done about a finding (they act on the integrations' targets)
     5  _judging      suspicion, investigation, diagnosis, treatment: the clinic applies the remedies
     6  reporting     the summary built from what the reading and the judging hold

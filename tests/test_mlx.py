@@ -19,7 +19,7 @@ from leakdoctor._base.schema import SCHEMA
 from helpers import has, isolated, kept, mentions, place, says
 
 from leakdoctor.callbacks.mlx import LeakDoctor
-from leakdoctor.integrations.mlx import CACHE
+from leakdoctor.integrations._mlx import CACHE
 from leakdoctor._base.trend import theil_sen
 from leakdoctor.remedies._base import RemedyContext
 from leakdoctor.remedies.cap_cache import CapCache

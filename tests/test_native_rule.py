@@ -16,7 +16,7 @@ import pytest
 from helpers import isolated, says
 
 from leakdoctor.integrations import Cleanup, MetricSpec
-from leakdoctor.integrations.process import RssProbe, malloc_in_use, malloc_trim, python_slack
+from leakdoctor.integrations._process import RssProbe, malloc_in_use, malloc_trim, python_slack
 from leakdoctor._base.trend import Trend
 from leakdoctor._judging.diagnosis import fallback
 from leakdoctor._base.evidence import HEAP, MAPPED, Evidence, Ladder

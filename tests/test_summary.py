@@ -326,7 +326,7 @@ def test_models_still_referenced_after_a_full_collection_are_proven_whatever_res
     """Keras models that a sweep keeps (the models rule saw them still referenced after gc.collect()),
     where resident memory fell back over the run (the allocator cache's remedy trimmed what the fits
     left): minor at the holder, not withdrawn. The same finding with the old models freed is withdrawn."""
-    from leakdoctor.integrations.keras import NewModels
+    from leakdoctor.integrations._keras import NewModels
     from leakdoctor.reporting._report import final_findings
 
     mib = 2.0**20

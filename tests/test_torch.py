@@ -20,10 +20,10 @@ from torch import nn
 
 from leakdoctor.callbacks.torch import LeakDoctor
 from leakdoctor.integrations import MetricSpec
-from leakdoctor.integrations.holders import Holder
-from leakdoctor.integrations.python import code_location
-from leakdoctor.integrations.torch import device_rule
-from leakdoctor.integrations.torch_graphs import TensorCensus, retained_rule
+from leakdoctor.integrations._holders import Holder
+from leakdoctor.integrations._python import code_location
+from leakdoctor.integrations._torch import device_rule
+from leakdoctor.integrations._torch_graphs import TensorCensus, retained_rule
 from leakdoctor._base.trend import Trend
 from leakdoctor._base.evidence import Evidence, Ladder
 from leakdoctor.remedies._base import RemedyContext

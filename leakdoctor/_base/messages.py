@@ -38,7 +38,7 @@ MESSAGES: dict[str, str] = {
     # ---- a growth, as a window saw it (_base/evidence.py)
     "grew": "{metric} grew {growth:unit} in {steps} steps ({pace:unit}/step{trend})",
     "trend_rate": "; {rate:unit}/step over the windows that raised the suspicion",
-    # ---- PyTorch (integrations/torch.py)
+    # ---- PyTorch (integrations/_torch.py)
     "survived_empty_cache": "{growth} and survived gc and empty_cache(){kept}",
     "store_item_or_cpu": "tensors on the device are kept from step to step: look for results stored across steps "
                          "(lists, dicts, attributes) and store .item() or .cpu() copies",
@@ -77,7 +77,7 @@ MESSAGES: dict[str, str] = {
                      "reference counts; persistent_workers=True keeps the workers, and their copies, from one "
                      "epoch to the next (the memory stays held all run but is not copied again), while the default "
                      "False frees it at each epoch's end and copies it again in the next",
-    # ---- Python (integrations/python.py, holders.py)
+    # ---- Python (integrations/_python.py, _holders.py)
     "keep_scalar": "{value}.detach() or {value}.item()",
     "keep_detached": "{value}.detach() (or a summary of it, such as {value}.mean().item())",
     "keep_either": "{value}.detach() or {value}.item() (where it is a single number)",
@@ -110,7 +110,7 @@ MESSAGES: dict[str, str] = {
                             "survived gc.collect(){types}",
     "find_who_holds": "something created at {site} is kept from step to step: find who holds it (a list, a dict, a "
                       "closure, a global) and drop or bound it",
-    # ---- kept autograd graphs and tensors (integrations/torch_graphs.py)
+    # ---- kept autograd graphs and tensors (integrations/_torch_graphs.py)
     "graphs_kept": "tensors with grad_fn kept across {steps} steps: {groups:tensors}",
     "graph_grew": "autograd graph grew by {nodes} nodes",
     "held_by_counted": "held by {holders:holders}",
@@ -139,7 +139,7 @@ MESSAGES: dict[str, str] = {
     "chains_nodes": "{holder} holds a tensor whose autograd graph chains {nodes} nodes, about one a step",
     "last_look": "at the end of the run, {what} (a look at what was alive when it ended: the growth was too slow or "
                  "too short to raise a suspicion)",
-    # ---- JAX (integrations/jax.py)
+    # ---- JAX (integrations/_jax.py)
     "lax_cond": "lax.cond at {site} ({function}; branches {branches:join})",
     "compile_facts": "{facts:parts}",
     "compiled_in_window": "compiled in the window: {functions:compiled}",
@@ -169,7 +169,7 @@ MESSAGES: dict[str, str] = {
     "survived_gc": "{growth}, survived gc.collect(){kinds}{held}",
     "jax_arrays_kept": "arrays are kept from step to step (a list of losses or metrics as jax arrays, a dict of "
                        "outputs, a growing cache): {where}, and drop references to per-step outputs",
-    # ---- Keras (integrations/keras.py)
+    # ---- Keras (integrations/_keras.py)
     "new_models": "{count} new models in {calls} calls of {where}",
     "model_compiles": "{growth}; {models}: a new model compiles its own train/predict functions",
     "reuse_model": "not a leak: a new model compiles once; reuse one model (model.set_weights) if the compile "
@@ -211,7 +211,7 @@ MESSAGES: dict[str, str] = {
     "fixed_shapes": "{calls} compiles its step function once per input shape: give it inputs of a few fixed shapes "
                     "(pad or bucket them to a fixed batch size, or batch them and call once); remedies='safe' bounds "
                     "the memory with jax.clear_caches() (clear_cache), at the price of compiling again",
-    # ---- MLX (integrations/mlx.py)
+    # ---- MLX (integrations/_mlx.py)
     "active_grew": "; MLX active memory grew too ({growth:bytes})",
     "active_flat": "; MLX active memory stayed flat ({growth:bytes} in {steps} steps)",
     "state_not_evaluated": "{growth}{active}; {state} were still not evaluated {steps} steps later: every "
@@ -250,7 +250,7 @@ MESSAGES: dict[str, str] = {
     "cap_cache": "not a leak; if the memory is needed elsewhere, cap the cache with mx.set_cache_limit(bytes) "
                  "(remedy cap_cache sets it from the measured working set) rather than calling mx.clear_cache() "
                  "every step, which slows fixed-shape training",
-    # ---- worker processes (integrations/process.py)
+    # ---- worker processes (integrations/_process.py)
     "shared_pages": "not a leak of the workers' own: {growth}, in pages they shared with this process (their new "
                     "anonymous memory grew {new:bytes}): copy-on-write of what they share, at most all of it (they "
                     "hold {sizes:sizes} alone)",

@@ -41,7 +41,7 @@ class MetricSpec:
 class Probe(Protocol):
     """A cheap reading taken on every sample (or every `every`-th sample): microseconds, no allocation
     spikes. The doctor samples every step unless that would cost more than 0.5% of step time. A probe
-    whose read is expensive throttles itself (see integrations/process.Throttled), says so with `paced = True` (the
+    whose read is expensive throttles itself (see integrations/_process.Throttled), says so with `paced = True` (the
     doctor then asks it on every sample instead of also reading it more rarely by its measured cost), and
     also defines `read_now()`, an unthrottled read, which the cleanup ladder of an investigation uses. A
     probe whose read is the floor of a sample (one counter that most leaks show in) says `essential =

@@ -16,7 +16,7 @@ from leakdoctor._base.guard import Guard
 from leakdoctor._base.integration import Cleanup, Forensic
 from leakdoctor._base.metric import MetricSpec
 from leakdoctor._base.trend import Trend
-from leakdoctor.integrations import heap
+from leakdoctor.integrations import _heap as heap
 
 
 def run_ladder(cleanups: Sequence[Cleanup], read: Callable[[], Mapping[str, float]], guard: Guard,

@@ -5,7 +5,7 @@ SIGKILL, which no handler sees, so the summary written at the end never is. Whil
 summary is therefore written to `summary_path` (atomically, marked `"complete": false` with its
 `written_at`): as soon as a finding is first made or changes state (a remedy applied, judged, undone),
 and at least every `heartbeat` seconds; and once the figure the memory limit is compared with (resident
-memory; a cgroup's charge under a cgroup limit: integrations/limits.py) passes `oom_watermark` of the limit, at once, as the post-mortem (`"oom": {"imminent": true, ...}`: what grew, the sites seen, the
+memory; a cgroup's charge under a cgroup limit: integrations/_limits.py) passes `oom_watermark` of the limit, at once, as the post-mortem (`"oom": {"imminent": true, ...}`: what grew, the sites seen, the
 findings so far), which every later write keeps. `finish()` writes the final one (`"complete": true`).
 
 Cheap on purpose: it is asked only on the steps that do work anyway (a sample), with the clock the step
@@ -31,7 +31,7 @@ from leakdoctor.reporting.summary import Summary
 
 if TYPE_CHECKING:
     from leakdoctor._base.guard import Guard
-    from leakdoctor.integrations.limits import Limit
+    from leakdoctor.integrations._limits import Limit
     from leakdoctor._judging.clinic import Clinic
     from leakdoctor._reading.monitor import Monitor
     from leakdoctor.settings import Settings

@@ -27,7 +27,7 @@ from leakdoctor._reading.monitor import Monitor
 from leakdoctor.reporting.summary import Summary
 
 if TYPE_CHECKING:
-    from leakdoctor.integrations.limits import Limit
+    from leakdoctor.integrations._limits import Limit
 
 #: Exception classes (by name, anywhere in the class's MRO) that mean memory ran out: Python's and
 #: numpy's MemoryError, torch's OutOfMemoryError (CUDA, and torch.OutOfMemoryError), TensorFlow/Keras's

@@ -118,7 +118,7 @@ def model_of(optimizer: Any) -> Any:
     among every live module (a walk of the heap: a tenth of a second in a large process)."""
     import torch
 
-    from leakdoctor.integrations.holders import live_instances
+    from leakdoctor.integrations._holders import live_instances
 
     params = {id(p) for group in optimizer.param_groups for p in group["params"]}
     near = _holding_most(_modules_in_frames(torch.nn.Module), params)

@@ -21,9 +21,9 @@ def imported() -> list[str]:
 def integration_of(name: str) -> Any:
     """The integration of a framework imported beside the doctor's own (no model or optimizer of its own)."""
     if name == "torch":
-        from leakdoctor.integrations import torch as part
+        from leakdoctor.integrations import _torch as part
     elif name == "mlx":
-        from leakdoctor.integrations import mlx as part  # type: ignore[no-redef]
+        from leakdoctor.integrations import _mlx as part  # type: ignore[no-redef]
     else:
-        from leakdoctor.integrations import jax as part  # type: ignore[no-redef]
+        from leakdoctor.integrations import _jax as part  # type: ignore[no-redef]
     return part.integration()

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from leakdoctor import doctor
 from leakdoctor._framework import Framework
-from leakdoctor.integrations import jax as jax_integration
-from leakdoctor.integrations.jax import OptimizerCall
+from leakdoctor.integrations import _jax as jax_integration
+from leakdoctor.integrations._jax import OptimizerCall
 from leakdoctor._lifecycle import stopping
 from leakdoctor._base.guard import Guard
 from leakdoctor.reporting import _ranks as ranks

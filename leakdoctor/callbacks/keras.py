@@ -76,7 +76,7 @@ from leakdoctor._base.guard import Guard
 from leakdoctor._base.messages import Record, msg
 from leakdoctor._base.trend import theil_sen
 from leakdoctor._framework import Ending, Framework
-from leakdoctor.integrations import keras as keras_integration
+from leakdoctor.integrations import _keras as keras_integration
 from leakdoctor._judging.stopped import thinned
 from leakdoctor._lifecycle import stopping
 from leakdoctor.reporting import _ranks as ranks, _report as report

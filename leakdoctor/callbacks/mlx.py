@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from leakdoctor import doctor
 from leakdoctor._framework import Framework
-from leakdoctor.integrations import mlx as mlx_integration
+from leakdoctor.integrations import _mlx as mlx_integration
 from leakdoctor.settings import DoctorOptions, documented, parse_bytes
 
 if TYPE_CHECKING:

@@ -37,7 +37,7 @@ from leakdoctor import doctor
 from leakdoctor._framework import PLAIN, Ending, Framework
 from leakdoctor._base.integration import Integration
 from leakdoctor._base.messages import msg
-from leakdoctor.integrations import torch as torch_integration
+from leakdoctor.integrations import _torch as torch_integration
 from leakdoctor._lifecycle import stopping
 from leakdoctor.reporting import _ranks as ranks
 from leakdoctor.reporting.summary import Summary

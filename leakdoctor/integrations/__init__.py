@@ -1,5 +1,6 @@
-"""The integrations: one module per framework (`process.integration()`, `torch.integration(model)`, ...), each
-a factory of the plain data an integration hands the engine: probes, forensics, cleanups, rules and targets.
+"""The integrations: one internal module per framework (`_process.integration()`, `_torch.integration(model)`,
+...), each a factory of the plain data an integration hands the engine: probes, forensics, cleanups, rules and
+targets.
 
 Those types (MetricSpec, Probe, FunctionProbe, Forensic, Cleanup, Integration) are the ground floor's
 (leakdoctor/_base/metric.py, leakdoctor/_base/integration.py): the reading and the judging read them without importing any integration.

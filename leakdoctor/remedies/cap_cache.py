@@ -10,7 +10,7 @@ no live data."""
 from __future__ import annotations
 
 from leakdoctor._base.units import format_value
-from leakdoctor.integrations.mlx import CACHE, core
+from leakdoctor.integrations._mlx import CACHE, core
 from leakdoctor.remedies._base import Remedy, RemedyContext
 
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 from leakdoctor._base.trend import Trend
-from leakdoctor.integrations import keras as keras_integration
-from leakdoctor.integrations.process import malloc_trim
+from leakdoctor.integrations import _keras as keras_integration
+from leakdoctor.integrations._process import malloc_trim
 from leakdoctor.remedies._base import Remedy, RemedyContext
 
 #: The only global state reset for good: the counters that make layer names unique.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from leakdoctor.integrations.mlx import STATE, core, state_trees
+from leakdoctor.integrations._mlx import STATE, core, state_trees
 from leakdoctor.remedies._base import Remedy, RemedyContext
 
 

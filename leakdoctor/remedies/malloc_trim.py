@@ -4,7 +4,7 @@ investigation saw malloc_trim take the growth back; skipped where libc has no ma
 
 from __future__ import annotations
 
-from leakdoctor.integrations.process import malloc_trim
+from leakdoctor.integrations._process import malloc_trim
 from leakdoctor.remedies._base import Periodic, Remedy, RemedyContext
 
 

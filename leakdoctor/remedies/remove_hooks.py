@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leakdoctor.integrations.torch import HOOK_EXTRAS, duplicate_handles
+from leakdoctor.integrations._torch import HOOK_EXTRAS, duplicate_handles
 from leakdoctor.remedies._base import Remedy, RemedyContext
 
 

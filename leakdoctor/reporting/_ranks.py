@@ -2,7 +2,7 @@
 rank (one per cause and place, however many ranks found it), a `ranks` entry per rank, and, when
 on_limit="stop" stopped every rank, which rank asked and why (`stopped_by`: only the rank that asked
 knows its reason). Pure: the gathering itself belongs to the framework (torch.distributed in
-integrations/torch.py).
+integrations/_torch.py).
 
 Every rank but rank 0 writes its own summary beside the summary path (`rank_path`: leaks.json ->
 leaks.rank3.json): while the run goes (heartbeat, oom_watermark), so that a rank the kernel killed leaves

@@ -24,8 +24,8 @@ from leakdoctor._base.metric import MetricSpec
 from leakdoctor._base.source import (class_region, code_location, is_engine, is_user_file, short_path, storing_line,
                                     storing_near)
 from leakdoctor._base.trend import is_material
-from leakdoctor.integrations import heap
-from leakdoctor.integrations.holders import CONTAINERS, Holder, keep_instead
+from leakdoctor.integrations import _heap as heap
+from leakdoctor.integrations._holders import CONTAINERS, Holder, keep_instead
 from leakdoctor._reading.gauges import TIMEOUT, Gauges
 
 #: A count whose items hold too little to matter is still a leak when the step's CPU time rose by this

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from leakdoctor._base.messages import Record, msg
 from leakdoctor._base.source import calling_line, frame_locals, is_user_file, short_path, stored_value, storing_line
-from leakdoctor.integrations import heap
+from leakdoctor.integrations import _heap as heap
 
 
 class AllocationSite(Protocol):
@@ -29,7 +29,7 @@ class AllocationSite(Protocol):
 
 
 class GrownSites(Protocol):
-    """What `Holder.location` reads of the allocation sites that grew during a window (python.py's
+    """What `Holder.location` reads of the allocation sites that grew during a window (_python.py's
     AllocationGrowth, which builds on this module: so this one names what it reads instead of importing it)."""
 
     @property

@@ -1,8 +1,8 @@
 """Tensors kept across steps: a census of the live tensors at the start and end of an investigation, which
-names who holds the ones kept (integrations/holders.py: a model attribute, a local list, a global) with the
+names who holds the ones kept (integrations/_holders.py: a model attribute, a local list, a global) with the
 line that stores them; the retained_graph rule (tensors that keep their autograd graph) and the
 kept_tensors rule (CPU tensors without a graph, whose storage Python's allocator never sees). Part of the
-PyTorch integration (integrations/torch.py), apart because it is the one piece that walks the heap."""
+PyTorch integration (integrations/_torch.py), apart because it is the one piece that walks the heap."""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ from typing import Any, Callable, Sequence
 from leakdoctor._base.evidence import RSS, Evidence, Rule
 from leakdoctor._base.findings import Finding
 from leakdoctor._base.messages import Record, msg
-from leakdoctor.integrations.holders import CONTAINERS, Holder, find_holders, keep_instead, live_instances
-from leakdoctor.integrations.python import new_items
+from leakdoctor.integrations._holders import CONTAINERS, Holder, find_holders, keep_instead, live_instances
+from leakdoctor.integrations._python import new_items
 
 #: Most autograd nodes a census walks; a graph this large is reported as at least this large.
 GRAPH_LIMIT = 200_000
 #: New tensors without a graph whose holders are looked for (as many as LiveArrayDiff samples of JAX's).
 SAMPLE = 64
 #: Share of resident memory's growth in the window that the CPU tensors kept must account for (as JAX's
-#: arrays on CPU must, integrations/jax.py live_arrays).
+#: arrays on CPU must, integrations/_jax.py live_arrays).
 ACCOUNTS = 0.3
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from leakdoctor.integrations.pages import PAGE
+from leakdoctor.integrations._pages import PAGE
 
 #: Pages of pagemap read per sample, at most: about 0.1 ms of the kernel's page walk.
 SAMPLE_PAGES = 4096

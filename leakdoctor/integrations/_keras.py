@@ -12,7 +12,7 @@ callback registers each call's model (`Calls`), so the rule tells this from othe
 most calls, and memory growing by at least half of what one model holds per new model (less is the heap
 settling around models that come and go, which a loop calling clear_session shows too: benign).
 Models the program keeps (a sweep's list of fitted models) survive that collection: the finding names
-the place that keeps them (integrations/holders.py) and its line.
+the place that keeps them (integrations/_holders.py) and its line.
 
 Retracing: on the JAX backend `fit`, `evaluate` and `predict` compile their step function for every new
 input shape (jax.jit), and keep each executable. `predict` called in a loop on inputs of changing size
@@ -40,7 +40,7 @@ from leakdoctor._base.messages import Record, msg
 from leakdoctor._base.integration import Integration
 from leakdoctor._base.metric import FunctionProbe, MetricSpec
 from leakdoctor._base.source import caller_frame, is_user_file, user_site
-from leakdoctor.integrations.holders import Holder, find_holders
+from leakdoctor.integrations._holders import Holder, find_holders
 
 ALIVE = "keras_models_alive"
 SEEN = "keras_models_seen"
@@ -85,14 +85,14 @@ def collective() -> tuple[int, Callable[[list[int]], list[int]]] | None:
     if name == "jax":
         import jax
 
-        from leakdoctor.integrations import jax as jax_integration
+        from leakdoctor.integrations import _jax as jax_integration
 
         # is_initialized first: jax.process_count() before jax.distributed.initialize would start the
         # backend, and the user's initialize would then fail
         if getattr(jax.distributed, "is_initialized", lambda: True)() and jax_integration.process_count() > 1:
             return int(jax.process_index()), jax_integration.process_maximum
     elif name == "torch":
-        from leakdoctor.integrations import torch as torch_integration
+        from leakdoctor.integrations import _torch as torch_integration
 
         rank = torch_integration.distributed_rank()
         if rank is not None and torch_integration.world_size() > 1:
@@ -211,13 +211,13 @@ def backend_integrations(model: Any = None) -> list[Integration]:
     counted and its attributes searched for kept tensors), TensorFlow's GPU memory; nothing for numpy."""
     name = backend()
     if name == "jax":
-        from leakdoctor.integrations import jax as jax_integration
+        from leakdoctor.integrations import _jax as jax_integration
 
         return [jax_integration.integration()]
     if name == "torch":
         import torch
 
-        from leakdoctor.integrations import torch as torch_integration
+        from leakdoctor.integrations import _torch as torch_integration
 
         return [torch_integration.integration(model=model if isinstance(model, torch.nn.Module) else None)]
     if name == "tensorflow":

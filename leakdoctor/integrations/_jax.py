@@ -32,7 +32,7 @@ from leakdoctor._base.metric import FunctionProbe, MetricSpec
 from leakdoctor._base.source import caller_frame, is_user_file, short_path, user_site
 from leakdoctor._base.trend import is_material
 from leakdoctor._base.units import format_value
-from leakdoctor.integrations.holders import Holder, find_holders
+from leakdoctor.integrations._holders import Holder, find_holders
 
 #: The event jax (0.4.30 and later, 0.10 included) records around every XLA backend compile.
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
@@ -323,7 +323,7 @@ class CompileLog:
 @dataclass
 class ArrayGrowth:
     """Live arrays gained during the window, by (platform, dtype[shape]): (count, bytes), most bytes first;
-    and who holds a sample of the new ones (integrations/holders.py), those holding most first."""
+    and who holds a sample of the new ones (integrations/_holders.py), those holding most first."""
 
     rows: list[tuple[str, int, float]]
     holders: list[Holder] = field(default_factory=list)

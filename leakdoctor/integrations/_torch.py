@@ -2,8 +2,8 @@
 
 Probes (cheap): CUDA/MPS allocated and reserved bytes and CUDA's allocation retries (only where the device
 exists and the program uses it), the number of hooks on the model's modules, and the bytes of a dataset's
-Python container that forked DataLoader workers copied (their pagemaps, integrations/pages.py).
-Forensic (escalation only): the tensor census of integrations/torch_graphs.py, which names who keeps
+Python container that forked DataLoader workers copied (their pagemaps, integrations/_pages.py).
+Forensic (escalation only): the tensor census of integrations/_torch_graphs.py, which names who keeps
 tensors across steps (a model attribute, a local list, a global) and the line that stores them.
 Rules: hook_accumulation, retained_graph, kept CPU tensors without a graph (container_growth or
 device_arrays at their holder), the device allocator (allocator_cache or device_arrays) and
@@ -23,11 +23,11 @@ from leakdoctor._base.integration import Cleanup, Integration
 from leakdoctor._base.messages import Record, msg
 from leakdoctor._base.metric import MetricSpec
 from leakdoctor._base.source import caller_frame, code_location, is_user_file, short_path, stored_attributes
-from leakdoctor.integrations.holders import CONTAINERS, live_instances, places
-from leakdoctor.integrations.pages import ItemPages
-from leakdoctor.integrations.process import GROWN, NEW, Throttled
-from leakdoctor.integrations.python import step_time_note
-from leakdoctor.integrations.torch_graphs import TensorCensus, kept_tensors_rule, last_look, retained_rule
+from leakdoctor.integrations._holders import CONTAINERS, live_instances, places
+from leakdoctor.integrations._pages import ItemPages
+from leakdoctor.integrations._process import GROWN, NEW, Throttled
+from leakdoctor.integrations._python import step_time_note
+from leakdoctor.integrations._torch_graphs import TensorCensus, kept_tensors_rule, last_look, retained_rule
 
 HOOKS = "torch_hooks"
 #: Module attributes that hold hooks, and what to call their hooks.
@@ -362,7 +362,7 @@ def largest_container(datasets: list[Any]) -> tuple[Any, str, Any] | None:
 class Copied:
     """The Python container whose pages the workers copy: `name` ("RecordsDataset.records"), the dataset's
     class, what it holds, its type and identity (no reference: a dataset must not outlive its loader
-    because leakdoctor looked at it) and its item pages (integrations/pages.py)."""
+    because leakdoctor looked at it) and its item pages (integrations/_pages.py)."""
 
     name: str
     owner: type
@@ -380,7 +380,7 @@ class Copied:
 
 class CopiedPages(Throttled):
     """Bytes of the dataset's Python container that forked DataLoader workers have copied: the pytorch#13246
-    growth, read from the workers' pagemaps in a fraction of a millisecond (integrations/pages.py) where
+    growth, read from the workers' pagemaps in a fraction of a millisecond (integrations/_pages.py) where
     their USS takes tens, so within the budget it reads about once a detection window even at steps of a
     few milliseconds (it paces itself: the doctor does not thin its reads again by their cost). The
     container is looked for each time new workers appear (the user's frames, else a walk of the heap for

@@ -38,7 +38,7 @@ from leakdoctor._base.integration import Cleanup, Integration
 from leakdoctor._base.metric import FunctionProbe, MetricSpec
 from leakdoctor._base.source import caller_frame, frame_locals, frame_location, short_path, source_line
 from leakdoctor._base.units import format_value
-from leakdoctor.integrations.holders import Holder, find_holders, live_instances
+from leakdoctor.integrations._holders import Holder, find_holders, live_instances
 from leakdoctor._reading.pacing import Pacer
 
 ACTIVE, CACHE, PEAK = "mlx_active_bytes", "mlx_cache_bytes", "mlx_peak_bytes"
@@ -288,7 +288,7 @@ class LazyChains:
 @dataclass
 class KeptArrays:
     """MLX arrays gained during the window, by 'dtype[shape]': (kind, count, bytes), most bytes first; who
-    holds a sample of the new ones (integrations/holders.py), those holding most first; and how many of
+    holds a sample of the new ones (integrations/_holders.py), those holding most first; and how many of
     that sample are unevaluated (each keeps its graph and the graph's inputs: a list of
     `mx.mean(model(X) == y)` keeps every batch and every step's parameters)."""
 

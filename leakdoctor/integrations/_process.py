@@ -1,4 +1,4 @@
-"""Process-level knowledge: resident memory (against the memory limit that limits.py finds)
+"""Process-level knowledge: resident memory (against the memory limit that _limits.py finds)
 and, for the cleanup ladder, what backs it (malloc's bytes in use, the mapped size); worker-process
 memory, glibc's malloc_trim, and the dataloader_workers diagnosis. psutil makes it portable; on Linux
 the RSS read takes a fast path (one pread of /proc/self/statm, 2 µs against psutil's 25 µs) because it
@@ -24,13 +24,13 @@ from leakdoctor._base.evidence import ACCOUNTED, HEAP, MAPPED, Evidence, Rule
 from leakdoctor._base.messages import msg
 from leakdoctor._base.integration import Cleanup, Integration
 from leakdoctor._base.metric import MetricSpec
-from leakdoctor.integrations.private import PrivateMemory
+from leakdoctor.integrations._private import PrivateMemory
 
 #: The bytes of the blocks that objects use in Python's small-object arenas (a triage's counter: what a
 #: growth of small Python objects keeps, which malloc's bytes in use do not count).
 PYTHON = "python_bytes"
 from leakdoctor._base.findings import Finding
-from leakdoctor.integrations import limits
+from leakdoctor.integrations import _limits as limits
 
 
 #: Forked children so far in this process's line (bumped in each child): a reader opened before a fork
@@ -226,7 +226,7 @@ class RssProbe:
 
 class CgroupProbe:
     """The charge of the cgroup whose memory limit is the process limit (`cgroup_bytes`: v2 `memory.current`,
-    v1 `memory.usage_in_bytes`), the figure that limit is compared with (limits.py): it counts
+    v1 `memory.usage_in_bytes`), the figure that limit is compared with (_limits.py): it counts
     the page cache the process writes and kernel memory, which resident memory leaves out, and not the
     file-backed pages that resident memory counts and another cgroup was charged for. One pread of the file
     through a descriptor opened on first use (a few µs); supporting evidence, never a suspicion of its own
@@ -262,7 +262,7 @@ class CgroupProbe:
 
 class AddressSpaceProbe:
     """The address space (`vms_bytes`, the first field of the statm read resident memory's reader takes),
-    the figure RLIMIT_AS is compared with (integrations/limits.py): the kernel refuses a mapping, touched or
+    the figure RLIMIT_AS is compared with (integrations/_limits.py): the kernel refuses a mapping, touched or
     not, once it would pass the limit, so reservations count here although they cost no memory.
     Supporting evidence, never a suspicion of its own (reservations come and go): a leak found on resident
     memory is projected onto it (`covers`)."""
@@ -402,7 +402,7 @@ class WorkerProbe(Throttled):
     False) starts from naught again instead of dropping a sum. With it, `workers_new_bytes`, the growth of
     their resident anonymous memory: new pages, which only a worker's own allocations make, where what it
     holds alone grows too when this process writes the pages they still share (copy-on-write: the worker
-    keeps the old page). On Linux a worker's read costs about 0.25 ms (integrations/private.py), so within
+    keeps the old page). On Linux a worker's read costs about 0.25 ms (integrations/_private.py), so within
     its budget it reads a few times a second and sees a worker grow within an epoch of seconds; elsewhere
     psutil's USS walks every page (tens of milliseconds) and reads come every few seconds (without
     `workers_new_bytes`). A worker's reader is opened when it is first seen (its mappings listed: about a
