@@ -21,7 +21,7 @@ from leakdoctor._framework import Framework
 from leakdoctor._base.findings import Finding
 from leakdoctor._base.integration import Integration
 from leakdoctor._base.metric import UNITS
-from leakdoctor.options import refuse_unknown
+from leakdoctor._options import refuse_unknown
 from leakdoctor.remedies._base import Remedy
 from leakdoctor.reporting import _exporter as exporter
 from leakdoctor.reporting.summary import Summary

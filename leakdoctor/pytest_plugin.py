@@ -93,7 +93,7 @@ def check_for_leaks(step: Callable[[], object], steps: int = DEFAULT_STEPS,
     `fail_on="minor"` also fails on a proven cause too slow to matter (a minor finding). `doctor_args`:
     any option of the README's Options table (leakdoctor.settings.OPTIONS); a misspelt name is an
     UnknownOptionError that suggests the nearest one (`steps` and the others of this check included)."""
-    from leakdoctor.options import ENGINE_ONLY
+    from leakdoctor._options import ENGINE_ONLY
     from leakdoctor.reporting._report import proven
     from leakdoctor._runner.in_process import FirstStep, make_doctor
     from leakdoctor.settings import NAMES, Settings, reject_unknown

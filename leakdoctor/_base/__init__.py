@@ -7,7 +7,7 @@ names; units.py: units and how values read; source.py: the user's code as seen f
 remedy_names.py: the remedies' names and levels; version.py: the version.
 
 The stages above, bottom to top: settings, reading, integrations, remedies, judging, reporting, lifecycle,
-the engine (doctor.py, options.py), callbacks, runner, and the entry points (cli, pytest_plugin, demo, the
+the engine (doctor.py, _options.py), callbacks, runner, and the entry points (cli, pytest_plugin, demo, the
 package root). Each imports only this floor and the floors below it (tests/test_import_graph.py). This file
 imports nothing, so that importing one module here loads no other (`leakdoctor run` imports nothing before
 the script does).

@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import numpy as np
 
 from leakdoctor import doctor
-from leakdoctor import options as doctor_options
+from leakdoctor import _options as doctor_options
 from leakdoctor._base import logs
 from leakdoctor._base.findings import Finding, SeriesSummary
 from leakdoctor._base.guard import Guard

@@ -39,7 +39,7 @@ import warnings
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
-from leakdoctor import options as doctor_options
+from leakdoctor import _options as doctor_options
 from leakdoctor._base.findings import Finding
 from leakdoctor._base.guard import Guard
 from leakdoctor._base.messages import codes, msg, unique
