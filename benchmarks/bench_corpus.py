@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import comparators  # noqa: E402
 from common import OUT, machine, table, write_section  # noqa: E402
 
-from leakdoctor.base.messages import location_text  # noqa: E402
-from leakdoctor.judging.detect import theil_sen  # noqa: E402
+from leakdoctor._base.messages import location_text  # noqa: E402
+from leakdoctor._base.trend import theil_sen  # noqa: E402
 
 ROOT = Path(__file__).parent.parent
 SCENARIOS = Path(__file__).parent / "scenarios"

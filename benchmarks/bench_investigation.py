@@ -28,7 +28,7 @@ RUNS = 2
 def once(ballast: int) -> dict:
     import torch
 
-    from leakdoctor.lifecycle import guard
+    from leakdoctor._base import guard
 
     spent: dict[str, float] = collections.defaultdict(float)
     call = guard.Guard.call

@@ -32,9 +32,9 @@ from test_jax_leaks import flax_state, loss_and_grads, regression  # noqa: E402
 
 from leakdoctor.callbacks.flax import LeakDoctor  # noqa: E402
 from leakdoctor.examples.old_radam import old_radam  # noqa: E402
-from leakdoctor.integrations.jax import compile_listener  # noqa: E402
-from leakdoctor.integrations.process import RssReader  # noqa: E402
-from leakdoctor.judging.detect import theil_sen  # noqa: E402
+from leakdoctor.integrations._jax import compile_listener  # noqa: E402
+from leakdoctor.integrations._process import RssReader  # noqa: E402
+from leakdoctor._base.trend import theil_sen  # noqa: E402
 from leakdoctor.remedies.cond_to_where import cond_to_where  # noqa: E402
 
 STEPS = 60

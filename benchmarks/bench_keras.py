@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 from common import machine, paired_ratio, table, write_section  # noqa: E402
 from helpers import isolated  # noqa: E402
 
-from leakdoctor.judging.detect import theil_sen  # noqa: E402
+from leakdoctor._base.trend import theil_sen  # noqa: E402
 
 BACKENDS = ("jax", "torch")
 PAIRS = 5

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, paired_ratio, table, write_section  # noqa: E402
 
 from leakdoctor.callbacks.mlx import LeakDoctor  # noqa: E402
-from leakdoctor.integrations.mlx import CACHE  # noqa: E402
-from leakdoctor.remedies.base import RemedyContext  # noqa: E402
+from leakdoctor.integrations._mlx import CACHE  # noqa: E402
+from leakdoctor.remedies._base import RemedyContext  # noqa: E402
 from leakdoctor.remedies.cap_cache import CapCache  # noqa: E402
 from leakdoctor.reporting.summary import Finding  # noqa: E402
 

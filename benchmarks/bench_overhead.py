@@ -94,7 +94,7 @@ def doctor_for(kind: str, **options: Any) -> Any:
         os.environ.setdefault("KERAS_BACKEND", "jax")
         import keras
         from leakdoctor.callbacks.keras import KerasDoctor
-        from leakdoctor.integrations.keras import Calls
+        from leakdoctor.integrations._keras import Calls
         model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256), keras.layers.Dense(10)])
         return KerasDoctor(Calls(), "bench", model=model, **options)
     if kind == "mlx":
@@ -146,7 +146,7 @@ def fraction(kind: str, step_ms: float) -> dict[str, Any]:
 def latency(step_ms: float, settled: bool) -> dict[str, Any]:
     """Steps from the start of a 0.5%-of-RSS-per-step leak to the doctor's finding, the leak starting at
     LEAK_START or once the pacer settled; the stride and the summary's latency just before it starts."""
-    from leakdoctor.integrations.process import RssReader
+    from leakdoctor.integrations._process import RssReader
 
     doctor = doctor_for("python")
     kept: list[bytearray] = []
@@ -178,8 +178,8 @@ def floor() -> dict[str, Any]:
     import os
 
     from leakdoctor.integrations import MetricSpec
-    from leakdoctor.integrations.process import ResidentReader, RssReader
-    from leakdoctor.reading.series import Series
+    from leakdoctor.integrations._process import ResidentReader, RssReader
+    from leakdoctor._reading.series import Series
 
     doctor = doctor_for("python", overhead=1.0)
     fd = os.open("/proc/self/statm", os.O_RDONLY)
@@ -229,7 +229,7 @@ def wake_cost(read: Callable[[], float] | None = None) -> dict[str, float]:
     interval at which the sampler thread's budget (THREAD_BUDGET of a core) affords such wakes."""
     import threading
 
-    from leakdoctor.reading.thread import THREAD_BUDGET
+    from leakdoctor._reading.thread import THREAD_BUDGET
 
     stop, done = threading.Event(), {}
 
@@ -533,7 +533,7 @@ reading resident memory once a window (every 6 steps, what a 50-step latency nee
 The sampler thread's floor: the CPU time of one wake of a Python thread that sleeps {WAKE_SLEEP * 1e3:.0f} ms in
 a loop for {WAKE_SECONDS:.0f} s while the main thread busy-waits in Python (its `time.thread_time()` over its
 wakes, the GIL's handover included), bare and with a read of resident memory
-(`leakdoctor.integrations.process.ResidentReader`); and how far apart the thread's budget (0.4% of a
+(`leakdoctor.integrations._process.ResidentReader`); and how far apart the thread's budget (0.4% of a
 core) allows such wakes. Where a window of steps is shorter than that, the thread cannot afford a reading
 a window, and with `sampler="auto"` it watches the memory limit only (resident memory's rise is then
 watched on the sampled steps).

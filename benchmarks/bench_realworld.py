@@ -217,7 +217,7 @@ def score_leak(script: Script, run: dict[str, Any]) -> dict[str, Any]:
         return {"error": run["error"]}
     found = [f for f in leaks(run["summary"]) if f["cause"] in script.causes]
     first = min(found, key=lambda f: f["detected_step"]) if found else None
-    from leakdoctor.base.messages import location_text  # the summary's {file, line, function, holder} as text
+    from leakdoctor._base.messages import location_text  # the summary's {file, line, function, holder} as text
 
     location = location_text(first["location"]) if first else None
     return {"found": bool(found), "cause": first["cause"] if first else None,

@@ -310,7 +310,7 @@ def remedy_of(finding: dict[str, Any]) -> dict[str, Any]:
 
 def brief(finding: dict[str, Any]) -> dict[str, Any]:
     remedy = remedy_of(finding)
-    from leakdoctor.base.messages import location_text  # the summary's {file, line, function, holder} as text
+    from leakdoctor._base.messages import location_text  # the summary's {file, line, function, holder} as text
 
     return {"cause": finding.get("cause"), "metric": finding.get("metric"),
             "location": location_text(finding.get("location")),

@@ -27,8 +27,12 @@ The public modules, each with its public names in `__all__` (tests/test_public_a
     leakdoctor.remedies                the remedy names and `remedies=` levels
     leakdoctor.remedies.low_precision_init, leakdoctor.remedies.cond_to_where   remedies you may call yourself
 
-Every other module is internal: the ground floor of base types (leakdoctor/base/), the stages built on it
-(reading/, judging/, reporting/'s others, lifecycle/), the engine (doctor.py, options.py) and the runner.
+Every other module is internal, and a name that starts with an underscore says so (the module's or its
+package's): the ground floor of base types (_base/), the stages built on it (_reading/, _judging/,
+_lifecycle/, reporting/_*.py, integrations/_*.py), the engine (_engine.py, _closing.py, _unattended.py,
+_framework.py, _options.py) and the runner (_runner/). Besides the modules above, doctor.py (the engine's
+front), cli.py, demo.py, examples/, pytest_plugin.py, trackers/ and each remedy's module (named after the
+remedy, as `remedies=` names it) keep plain names because something finds them by that name.
 """
 
 from __future__ import annotations
@@ -36,17 +40,17 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from leakdoctor.base.version import __version__ as __version__
+from leakdoctor._base.version import __version__ as __version__
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ loads each on first use
-    from leakdoctor.base.findings import Finding as Finding
-    from leakdoctor.base.guard import LeakDoctorWarning as LeakDoctorWarning
+    from leakdoctor._base.findings import Finding as Finding
+    from leakdoctor._base.guard import LeakDoctorWarning as LeakDoctorWarning
     from leakdoctor.doctor import LeakDoctor as LeakDoctor
     from leakdoctor.reporting.summary import Summary as Summary
     from leakdoctor.settings import UnknownOptionError as UnknownOptionError
 
-_EXPORTS = {"LeakDoctor": "leakdoctor.doctor", "LeakDoctorWarning": "leakdoctor.base.guard",
-            "Finding": "leakdoctor.base.findings", "Summary": "leakdoctor.reporting.summary",
+_EXPORTS = {"LeakDoctor": "leakdoctor.doctor", "LeakDoctorWarning": "leakdoctor._base.guard",
+            "Finding": "leakdoctor._base.findings", "Summary": "leakdoctor.reporting.summary",
             "UnknownOptionError": "leakdoctor.settings"}
 __all__ = ["LeakDoctor", "LeakDoctorWarning", "Finding", "Summary", "UnknownOptionError", "__version__"]
 

@@ -12,9 +12,9 @@ import re
 import sys
 from typing import Any, NoReturn, Sequence
 
-from leakdoctor.base.version import __version__
-from leakdoctor.base.schema import MAJOR, SEVERITIES
-from leakdoctor.runner import command as run_command
+from leakdoctor._base.version import __version__
+from leakdoctor._base.schema import MAJOR, SEVERITIES
+from leakdoctor._runner import command as run_command
 
 DESCRIPTION = ("Find memory leaks in training runs: tell a real leak from warm-up, caches and spikes, name its "
                "cause and place, and remedy it when allowed.")

@@ -1,11 +1,11 @@
-"""The public LeakDoctor: the one engine (engine.py), composed with a framework part (framework.py).
+"""The public LeakDoctor: the one engine (_engine.py), composed with a framework part (_framework.py).
 
 `LeakDoctor` checks the options, builds its engine from the settings and the framework part it is given
 (the plain Python part by default; the framework modules in `leakdoctor.callbacks` build theirs and hand
-it over), registers how the run is finished if the script never finishes it (unattended.py), and counts
+it over), registers how the run is finished if the script never finishes it (_unattended.py), and counts
 the steps that do nothing itself: a step that is not sampled costs a countdown. The engine does the rest:
-a sampled step reads the probes (reading/), the clinic investigates, diagnoses, treats and verifies
-(judging/), the limit watch acts on what it found (lifecycle/), and closing.py ends the run with the
+a sampled step reads the probes (_reading/), the clinic investigates, diagnoses, treats and verifies
+(_judging/), the limit watch acts on what it found (_lifecycle/), and _closing.py ends the run with the
 summary (reporting/). Data flows one way: probes → series → detector → investigation → diagnosis →
 remedy → verification → summary.
 """
@@ -15,25 +15,25 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
-from leakdoctor import closing
-from leakdoctor.engine import Engine
-from leakdoctor.framework import Framework
-from leakdoctor.base.findings import Finding
-from leakdoctor.base.integration import Integration
-from leakdoctor.base.metric import UNITS
-from leakdoctor.options import refuse_unknown
-from leakdoctor.remedies.base import Remedy
-from leakdoctor.reporting import exporter
+from leakdoctor import _closing as closing
+from leakdoctor._engine import Engine
+from leakdoctor._framework import Framework
+from leakdoctor._base.findings import Finding
+from leakdoctor._base.integration import Integration
+from leakdoctor._base.metric import UNITS
+from leakdoctor._options import refuse_unknown
+from leakdoctor.remedies._base import Remedy
+from leakdoctor.reporting import _exporter as exporter
 from leakdoctor.reporting.summary import Summary
 from leakdoctor.settings import DoctorOptions, Settings, documented
-from leakdoctor.unattended import Registration
+from leakdoctor._unattended import Registration
 
 if TYPE_CHECKING:
     import threading
 
     from typing_extensions import Unpack
 
-    from leakdoctor.lifecycle.heartbeat import Heartbeat
+    from leakdoctor._lifecycle.heartbeat import Heartbeat
 
 __all__ = ["LeakDoctor", "STATE_SCHEMA"]
 
@@ -55,7 +55,7 @@ class LeakDoctor:
     Args:
         integrations: extra probes, forensics, rules and remedies (`leakdoctor.integrations.Integration`),
             after the framework part's. Rarely needed.
-        part: the framework part (`leakdoctor.framework.Framework`): its integration, how its ranks
+        part: the framework part (`leakdoctor._framework.Framework`): its integration, how its ranks
             agree on a stop, how it finishes a rank's summary, where its metrics go. The framework doctors
             build theirs; None: the plain Python part.
         **options: the options shared by every doctor and callback, listed below and in the README's
@@ -109,7 +109,7 @@ class LeakDoctor:
         """Track a user gauge every step, e.g. `doctor.watch("nodes", lambda: len(graph.nodes))`. A gauge is
         paced by its measured cost, like a probe, and called on a worker thread; one whose call takes more
         than `timeout` seconds (or hangs, at any call) is switched off with a warning, and the loop goes on
-        after at most `timeout` seconds (leakdoctor/reading/gauges.py)."""
+        after at most `timeout` seconds (leakdoctor/_reading/gauges.py)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"watch: name {name!r} must be a non-empty string")
         engine = self._engine

@@ -29,7 +29,7 @@ for growth of resident memory that nothing names (native_memory) where malloc's 
 those show whether the step keeps anything on the C heap.
 
 The doctor is the one `leakdoctor run` attaches for the frameworks the test process imported (torch's,
-MLX's, JAX's: leakdoctor.runner.in_process), on the model and optimizer the first step used, so a test
+MLX's, JAX's: leakdoctor._runner.in_process), on the model and optimizer the first step used, so a test
 and a run name one bug alike: a list that keeps outputs with their autograd graphs is `retained_graph` at
 the list's line, a hook added per step `hook_accumulation`. Where the doctor proves such a cause, the
 check's own measures of the host's heap (tracemalloc, malloc) add no finding of their own.
@@ -56,12 +56,12 @@ from typing import Any, Callable
 
 import pytest
 
-from leakdoctor.base import logs
-from leakdoctor.base.findings import Finding
-from leakdoctor.base.guard import LeakDoctorWarning
-from leakdoctor.base.messages import msg
-from leakdoctor.base.schema import MAJOR, MINOR, SEVERITIES
-from leakdoctor.base.units import format_value
+from leakdoctor._base import logs
+from leakdoctor._base.findings import Finding
+from leakdoctor._base.guard import LeakDoctorWarning
+from leakdoctor._base.messages import msg
+from leakdoctor._base.schema import MAJOR, MINOR, SEVERITIES
+from leakdoctor._base.units import format_value
 from leakdoctor.reporting.summary import Summary
 
 DEFAULT_STEPS = 300
@@ -93,9 +93,9 @@ def check_for_leaks(step: Callable[[], object], steps: int = DEFAULT_STEPS,
     `fail_on="minor"` also fails on a proven cause too slow to matter (a minor finding). `doctor_args`:
     any option of the README's Options table (leakdoctor.settings.OPTIONS); a misspelt name is an
     UnknownOptionError that suggests the nearest one (`steps` and the others of this check included)."""
-    from leakdoctor.options import ENGINE_ONLY
-    from leakdoctor.reporting.report import proven
-    from leakdoctor.runner.in_process import FirstStep, make_doctor
+    from leakdoctor._options import ENGINE_ONLY
+    from leakdoctor.reporting._report import proven
+    from leakdoctor._runner.in_process import FirstStep, make_doctor
     from leakdoctor.settings import NAMES, Settings, reject_unknown
 
     reject_unknown("leak check", doctor_args, {*NAMES, *ENGINE_ONLY, *OWN})
@@ -164,7 +164,7 @@ OWN = tuple(name for name, p in inspect.signature(check_for_leaks).parameters.it
             if p.kind is p.POSITIONAL_OR_KEYWORD and name != "step")
 
 
-#: The start of a LeakDoctorWarning about the memory limit (leakdoctor.lifecycle.stopping): under the check's horizon
+#: The start of a LeakDoctorWarning about the memory limit (leakdoctor._lifecycle.stopping): under the check's horizon
 #: any growth projects to the limit in millions of steps, which says nothing about the test.
 PROJECTION = " is projected to reach the memory limit "
 
@@ -173,7 +173,7 @@ def _say_again(heard: list[warnings.WarningMessage], failing: bool) -> None:
     """Pass on what was heard during the check: the step's own warnings always; of the doctor's, only a part
     switched off on a passing test (the check judged with less). A passing check is otherwise silent; a
     failing one says the rest in its summary (projection and switched-off parts included)."""
-    from leakdoctor.base.guard import warn
+    from leakdoctor._base.guard import warn
 
     for heard_one in heard:
         if not issubclass(heard_one.category, LeakDoctorWarning):
@@ -270,7 +270,7 @@ CAUSE_OF = {"traced_bytes": "python_objects", "malloc_bytes": "native_memory", "
 
 def _measures() -> list[tuple[str, Callable[[], float]]]:
     """(name, read) of every measure of bytes kept alive that this process has, each read once to try it."""
-    from leakdoctor.integrations.process import malloc_in_use
+    from leakdoctor.integrations._process import malloc_in_use
 
     found: list[tuple[str, Callable[[], float]]] = [("traced_bytes", lambda: tracemalloc.get_traced_memory()[0])]
     in_use = malloc_in_use()
@@ -311,7 +311,7 @@ def steady_growth(values: list[float], max_bytes_per_step: float) -> tuple[float
     a cache that fills then stays is flat at the end."""
     import numpy as np
 
-    from leakdoctor.base.trend import theil_sen, window_minima
+    from leakdoctor._base.trend import theil_sen, window_minima
 
     allowed = max(float(max_bytes_per_step), NOISE_BYTES_PER_STEP)
     n = len(values)
@@ -336,7 +336,7 @@ def steady_growth(values: list[float], max_bytes_per_step: float) -> tuple[float
 def locate(step: Callable[[], object]) -> str | None:
     """'test_train.py:42': the user's line that allocated most of what LOCATE_STEPS more steps kept (the
     innermost frame in the user's files of each allocation; tracemalloc traces)."""
-    from leakdoctor.base.source import is_user_file, short_path
+    from leakdoctor._base.source import is_user_file, short_path
 
     try:
         before = tracemalloc.take_snapshot()

@@ -4,7 +4,7 @@ and what would have been valid, and a misspelt name with an UnknownOptionError t
 one; nothing is validated later inside the user's loop. Everything else about the options is derived from
 `OPTIONS`: the README's "Options" table (`options_table()`), the types of `Settings` and of the keyword
 arguments (`types_source()`, leakdoctor/_option_types.py), the doctors' docstrings (`documented`), the
-flags of `leakdoctor run` (runner/command.py) and what the pytest plugin accepts."""
+flags of `leakdoctor run` (_runner/command.py) and what the pytest plugin accepts."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from leakdoctor._option_types import DoctorOptions, SettingsFields
-from leakdoctor.base import remedy_names as remedy_registry
-from leakdoctor.base import tracker_names
+from leakdoctor._base import remedy_names as remedy_registry
+from leakdoctor._base import tracker_names
 
 __all__ = ["Settings", "Option", "OPTIONS", "NAMES", "DoctorOptions", "UnknownOptionError", "options_table",
            "parse_bytes"]

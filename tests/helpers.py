@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from leakdoctor.base.messages import MESSAGES, _Formatter, location_text, records
+from leakdoctor._base.messages import MESSAGES, _Formatter, location_text, records
 
 SCENARIOS = Path(__file__).parent.parent / "benchmarks" / "scenarios"
 
@@ -206,7 +206,7 @@ def _named(params: dict, code: str, parts: dict) -> bool:
 
 
 #: What a finding's evidence and recommendation and a summary's notes say, by the name a test gives it:
-#: the catalogue's codes that say it (leakdoctor/base/messages.py), and how the test's parts are checked
+#: the catalogue's codes that say it (leakdoctor/_base/messages.py), and how the test's parts are checked
 #: against a record's params (by default: params of the same name).
 RECORDS: dict[str, tuple[tuple[str, ...], Callable[[dict, str, dict], bool]]] = {
     # notes

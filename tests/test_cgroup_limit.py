@@ -43,7 +43,7 @@ CHILD = textwrap.dedent("""
     (folder / "cgroup.procs").write_text(str(os.getpid()))  # into the cgroup before anything is allocated
 
     from leakdoctor import LeakDoctor
-    from leakdoctor.lifecycle import limits
+    from leakdoctor.integrations import _limits as limits
 
     LEAK, CACHE = int(sys.argv[3]), int(sys.argv[4])
     charge = folder / ("memory.current" if (folder / "memory.current").exists() else "memory.usage_in_bytes")

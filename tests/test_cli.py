@@ -88,7 +88,7 @@ def test_every_option_a_command_line_can_give_is_a_flag_of_run():
     ([], {}),
 ])
 def test_each_flag_gives_its_option_the_value_the_python_api_would_take(tmp_path, monkeypatch, words, expected):
-    from leakdoctor.runner.command import doctor_options
+    from leakdoctor._runner.command import doctor_options
 
     monkeypatch.chdir(tmp_path)
     args = run_parser().parse_args([*words, "train.py"])

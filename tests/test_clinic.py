@@ -13,12 +13,12 @@ from typing import Callable, Sequence
 from helpers import says
 
 from leakdoctor.integrations import Cleanup, MetricSpec
-from leakdoctor.judging.clinic import Clinic, Practice, Treatment
-from leakdoctor.judging.detect import Trend
-from leakdoctor.judging.evidence import Rule
-from leakdoctor.lifecycle.guard import Guard
-from leakdoctor.reading.monitor import Monitor
-from leakdoctor.remedies.base import Remedy, RemedyContext
+from leakdoctor._judging.clinic import Clinic, Practice, Treatment
+from leakdoctor._base.trend import Trend
+from leakdoctor._base.evidence import Rule
+from leakdoctor._base.guard import Guard
+from leakdoctor._reading.monitor import Monitor
+from leakdoctor.remedies._base import Remedy, RemedyContext
 from leakdoctor.reporting.summary import Finding, RemedyOutcome
 from leakdoctor.settings import Settings
 

@@ -8,10 +8,10 @@ import numpy as np
 from helpers import has, says
 
 from leakdoctor.integrations import MetricSpec
-from leakdoctor.integrations.python import Watchlist, container_rule
-from leakdoctor.judging.detect import Trend
-from leakdoctor.judging.evidence import Evidence, Ladder
-from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.integrations._python import Watchlist, container_rule
+from leakdoctor._base.trend import Trend
+from leakdoctor._base.evidence import Evidence, Ladder
+from leakdoctor._base.guard import Guard
 
 MIB = 2**20
 STEPS = 8

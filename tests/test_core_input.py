@@ -11,12 +11,12 @@ import sys
 import warnings
 
 import pytest
-from leakdoctor.base.schema import SCHEMA
+from leakdoctor._base.schema import SCHEMA
 from helpers import says
 
 from leakdoctor import LeakDoctor, LeakDoctorWarning
 from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec
-from leakdoctor.judging.evidence import Rule
+from leakdoctor._base.evidence import Rule
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

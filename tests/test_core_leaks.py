@@ -16,7 +16,7 @@ from helpers import counts, isolated, kept, mentions, place, says
 
 from leakdoctor import LeakDoctor
 from leakdoctor.examples.numpy_cycles import MLP, StepRecord
-from leakdoctor.integrations.source import short_path
+from leakdoctor._base.source import short_path
 
 HERE = Path(__file__)
 

@@ -8,9 +8,9 @@ import time
 import psutil
 import pytest
 
-from leakdoctor.integrations import process
+from leakdoctor.integrations import _process as process
 from leakdoctor.remedies import load, resolve
-from leakdoctor.remedies.base import Periodic, RemedyContext
+from leakdoctor.remedies._base import Periodic, RemedyContext
 from leakdoctor.reporting.summary import Finding
 
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from leakdoctor.integrations import MetricSpec
-from leakdoctor.judging.detect import (FLAT, GROWING, PLATEAU, assess, classify, is_material, mann_kendall, onset_index,
+from leakdoctor._base.trend import (FLAT, GROWING, PLATEAU, assess, classify, is_material, mann_kendall, onset_index,
                                        slope_bound, steps_to_limit, theil_sen, window_minima)
-from leakdoctor.judging.suspicion import Suspicion
-from leakdoctor.reading.monitor import Monitor
+from leakdoctor._judging.suspicion import Suspicion
+from leakdoctor._reading.monitor import Monitor
 from leakdoctor.settings import Settings
 
 

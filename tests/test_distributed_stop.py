@@ -23,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 from helpers import report_to, run_ranks
 
-from leakdoctor.lifecycle.stopping import FARTHEST
+from leakdoctor._lifecycle.stopping import FARTHEST
 
 MIB = 2**20
 HEADROOM = 300 * MIB

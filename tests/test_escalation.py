@@ -16,8 +16,8 @@ from test_clinic import MIB, clinic_reading, feed
 
 from leakdoctor import LeakDoctor
 from leakdoctor.integrations import MetricSpec
-from leakdoctor.judging.detect import Trend
-from leakdoctor.judging.triage import Triage, corroborators
+from leakdoctor._base.trend import Trend
+from leakdoctor._judging.triage import Triage, corroborators
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallinfo2 and CPython's arena stats")
 

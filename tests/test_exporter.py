@@ -22,7 +22,7 @@ import pytest
 from helpers import isolated
 
 from leakdoctor import LeakDoctor, LeakDoctorWarning
-from leakdoctor.reporting.exporter import _series_names, metric_name
+from leakdoctor.reporting._exporter import _series_names, metric_name
 
 prometheus_client = pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402

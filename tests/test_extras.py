@@ -148,9 +148,9 @@ INSTALLED: list[tuple[str, str, str | None]] = [
     ("ray", "import ray.train, ray.train.torch\nfrom leakdoctor.callbacks import ray as leakdoctor_ray\n"
             "assert leakdoctor_ray.require_ray() is ray.train", None),
     ("mlx", doctor_step("mlx", "mlx.nn", "model=mlx.nn.Linear(2, 2)"), None),
-    ("plot", "import os; from leakdoctor import Summary; from leakdoctor.reporting.plot import plot_summary; "
+    ("plot", "import os; from leakdoctor import Summary; from leakdoctor.reporting._plot import plot_summary; "
              "plot_summary(Summary('python', 0, {}, []), 'plot.png'); assert os.path.getsize('plot.png') > 1000", None),
-    ("prometheus", "from leakdoctor.reporting import exporter; assert exporter.require().__name__ == 'prometheus_client'", None),
+    ("prometheus", "from leakdoctor.reporting import _exporter as exporter; assert exporter.require().__name__ == 'prometheus_client'", None),
     ("tensorboard", "from leakdoctor.trackers.tensorboard import summary_writer\nwriter = summary_writer()('tb')\n"
                     "writer.add_scalar('leakdoctor/x', 1.0, 0)\nwriter.close()", None),
     ("mlflow", "from leakdoctor.trackers import mlflow; assert mlflow.require().MlflowClient", None),

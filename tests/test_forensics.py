@@ -13,11 +13,11 @@ from typing import Any, Mapping
 
 import pytest
 
-from leakdoctor.integrations.pages import PAGE, ItemPages
-from leakdoctor.integrations.private import PrivateMemory
-from leakdoctor.integrations.process import Throttled
-from leakdoctor.lifecycle.guard import Guard
-from leakdoctor.reading.probing import Probes
+from leakdoctor.integrations._pages import PAGE, ItemPages
+from leakdoctor.integrations._private import PrivateMemory
+from leakdoctor.integrations._process import Throttled
+from leakdoctor._base.guard import Guard
+from leakdoctor._reading.probing import Probes
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/pagemap is Linux's")
 
@@ -234,8 +234,8 @@ class Record:
 
 
 def test_the_type_census_counts_the_users_objects_and_not_leakdoctors_own():
-    from leakdoctor.integrations.python import TypeCensus
-    from leakdoctor.judging.detect import Trend
+    from leakdoctor.integrations._python import TypeCensus
+    from leakdoctor._base.trend import Trend
 
     census = TypeCensus()
     census.begin()
@@ -273,8 +273,8 @@ def _sites_of_a_window(fill) -> str | None:
     """container_location of Keeper.kept after a traced window in which `fill(keeper)` ran 5 times."""
     import tracemalloc
 
-    from leakdoctor.integrations.python import AllocationDiff, ContainerSites, Watchlist, container_location
-    from leakdoctor.lifecycle.guard import Guard
+    from leakdoctor.integrations._python import AllocationDiff, ContainerSites, Watchlist, container_location
+    from leakdoctor._base.guard import Guard
 
     keeper, watchlist = Keeper(), Watchlist(Guard())
     watchlist.add_object(keeper, "keeper", include_private=False)
@@ -309,7 +309,7 @@ def test_a_list_filled_from_outside_its_class_is_placed_at_that_append_not_at_th
 
 
 def test_storing_near_finds_the_append_after_the_line_that_made_the_item():
-    from leakdoctor.integrations.source import storing_near
+    from leakdoctor._base.source import storing_near
 
     line = _line("OUTSIDE-APPEND")
     assert storing_near(__file__, line - 1, "kept") == line  # made on the line before, appended on this one
@@ -323,7 +323,7 @@ def test_jax_compiles_and_cache_misses_are_placed_at_the_users_call():
     import jax
     import jax.numpy as jnp
 
-    from leakdoctor.integrations.jax import CompileLog
+    from leakdoctor.integrations._jax import CompileLog
 
     @functools.partial(jax.jit, static_argnums=1)
     def scaled(x, n):

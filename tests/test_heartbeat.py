@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-from leakdoctor.base.schema import SCHEMA
+from leakdoctor._base.schema import SCHEMA
 from helpers import counts, isolated, says, place
 
 from leakdoctor import LeakDoctor
 from leakdoctor.cli import main as cli
-from leakdoctor.lifecycle.guard import LeakDoctorWarning
+from leakdoctor._base.guard import LeakDoctorWarning
 from leakdoctor.settings import Settings
 from procs import SCRIPTS, Watched, leakdoctor_run, run
 
@@ -129,7 +129,7 @@ def test_without_a_heartbeat_the_summary_is_written_at_the_end_only(tmp_path):
     assert json.loads(path.read_text())["complete"] is True
 
 
-@pytest.mark.filterwarnings("ignore::leakdoctor.lifecycle.guard.LeakDoctorWarning")  # the projection to the limit
+@pytest.mark.filterwarnings("ignore::leakdoctor._base.guard.LeakDoctorWarning")  # the projection to the limit
 def test_past_the_watermark_the_post_mortem_is_written_at_once(tmp_path):
     import psutil
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from procs import SCRIPTS, leakdoctor_run, run
 
-from leakdoctor.reporting.html import render
+from leakdoctor.reporting._html import render
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")

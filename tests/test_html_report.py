@@ -1,4 +1,4 @@
-"""The HTML report (leakdoctor/reporting/html.py), read back with the standard library's html.parser
+"""The HTML report (leakdoctor/reporting/_html.py), read back with the standard library's html.parser
 (tests/htmldom.py): every field of every finding under its stable attribute, the place taken apart (file,
 line, function, holder), the remedy and its outcome, the proving series drawn, the timeline, hostile names
 escaped, nothing that could load from elsewhere, a notebook's fragment scoped; then `leakdoctor report
@@ -21,7 +21,7 @@ from procs import SCRIPTS, leakdoctor_run, run
 
 from leakdoctor import Finding, LeakDoctor, Summary
 from leakdoctor.cli import main as cli
-from leakdoctor.reporting.html import events, fragment, place, render
+from leakdoctor.reporting._html import events, fragment, place, render
 from leakdoctor.reporting.summary import RemedyOutcome, SeriesSummary
 from leakdoctor.settings import Settings
 

@@ -5,19 +5,20 @@ modules together for whoever reads or changes them).
 The floors, bottom to top (a module's floor is its first name under leakdoctor/; the package root is the
 top floor, beside the entry points):
 
-    0  base          the ground floor: metric spec, probe, evidence, rule, guard, finding, remedy outcome,
+    0  _base         the ground floor: metric spec, probe, evidence, rule, guard, finding, remedy outcome,
                      series summary, trend statistics, the schema, units, the user's code, remedy names
-    1  settings      the options a doctor takes (they check `remedies=` against base/remedy_names.py)
-    2  reading       probes read, series kept (reading/monitor.py only reads and reports values)
+    1  settings      the options a doctor takes (they check `remedies=` against _base/remedy_names.py)
+    2  _reading      probes read, series kept (_reading/monitor.py only reads and reports values)
     3  integrations  one module per framework: probes, forensics, cleanups, rules (the process integration
-                     reads the memory limit, integrations/limits.py)
+                     reads the memory limit, integrations/_limits.py)
     4  remedies      what can be done about a finding (they act on the integrations' targets)
-    5  judging       suspicion, investigation, diagnosis, treatment: the clinic applies the remedies
+    5  _judging      suspicion, investigation, diagnosis, treatment: the clinic applies the remedies
     6  reporting     the summary built from what the reading and the judging hold
-    7  lifecycle     the run itself: stopping at the limit, heartbeat, SIGTERM, out of memory
-    8  engine        doctor.py (the LeakDoctor engine) and options.py (which names an entry point takes)
+    7  _lifecycle    the run itself: stopping at the limit, heartbeat, SIGTERM, out of memory
+    8  engine        doctor.py (the LeakDoctor engine, with _engine.py, _closing.py, _unattended.py and
+                     _framework.py) and _options.py (which names an entry point takes)
     9  callbacks     the framework entry points
-    10 runner        `leakdoctor run`
+    10 _runner       `leakdoctor run`
     11 entry points  cli.py, pytest_plugin.py, demo.py, examples/, __main__.py and the package root
 
 Each module imports only modules of its own floor or of floors below it, and no two modules import each
@@ -34,17 +35,17 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "leakdoctor"
 
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("base",),
+    ("_base",),
     ("settings", "_option_types"),
-    ("reading",),
+    ("_reading",),
     ("integrations",),
     ("remedies",),
-    ("judging",),
+    ("_judging",),
     ("reporting",),
-    ("lifecycle", "trackers"),
-    ("framework", "engine", "closing", "unattended", "doctor", "options"),
+    ("_lifecycle", "trackers"),
+    ("_framework", "_engine", "_closing", "_unattended", "doctor", "_options"),
     ("callbacks",),
-    ("runner",),
+    ("_runner",),
     ("cli", "pytest_plugin", "demo", "examples", "__main__", ""),
 )
 
@@ -165,26 +166,26 @@ def test_no_two_modules_import_each_other(edges):
 
 def test_the_ground_floor_imports_nothing_of_the_package_beyond_itself(edges):
     outside = sorted(f"{module} imports {target}" for module, targets in edges.items()
-                     if module.startswith("leakdoctor.base") for target in targets
-                     if not target.startswith("leakdoctor.base"))
+                     if module.startswith("leakdoctor._base") for target in targets
+                     if not target.startswith("leakdoctor._base"))
     assert not outside, "\n".join(outside)
-    assert [module for module in edges if module.startswith("leakdoctor.base.")], "no ground floor found"
+    assert [module for module in edges if module.startswith("leakdoctor._base.")], "no ground floor found"
 
 
 def test_the_reader_sees_every_kind_of_import(tmp_path):
     """The graph counts type-only imports, imports inside functions, relative imports and `from package
     import submodule`; a cycle made of them is found."""
     package = tmp_path / "leakdoctor"
-    (package / "base").mkdir(parents=True)
+    (package / "_base").mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    (package / "base" / "__init__.py").write_text("")
-    (package / "base" / "a.py").write_text("from typing import TYPE_CHECKING\n"
-                                           "if TYPE_CHECKING:\n    from leakdoctor.judging import b\n")
-    (package / "judging").mkdir()
-    (package / "judging" / "__init__.py").write_text("")
-    (package / "judging" / "b.py").write_text("def f():\n    from ..base import a\n    return a\n")
+    (package / "_base" / "__init__.py").write_text("")
+    (package / "_base" / "a.py").write_text("from typing import TYPE_CHECKING\n"
+                                           "if TYPE_CHECKING:\n    from leakdoctor._judging import b\n")
+    (package / "_judging").mkdir()
+    (package / "_judging" / "__init__.py").write_text("")
+    (package / "_judging" / "b.py").write_text("def f():\n    from .._base import a\n    return a\n")
     found = graph(package)
-    assert found["leakdoctor.base.a"] == {"leakdoctor.judging.b"}
-    assert found["leakdoctor.judging.b"] == {"leakdoctor.base.a"}
-    assert cycles(found) == [["leakdoctor.base.a", "leakdoctor.judging.b"]]
-    assert floor("leakdoctor.judging.b") > floor("leakdoctor.base.a")
+    assert found["leakdoctor._base.a"] == {"leakdoctor._judging.b"}
+    assert found["leakdoctor._judging.b"] == {"leakdoctor._base.a"}
+    assert cycles(found) == [["leakdoctor._base.a", "leakdoctor._judging.b"]]
+    assert floor("leakdoctor._judging.b") > floor("leakdoctor._base.a")

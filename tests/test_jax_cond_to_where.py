@@ -13,7 +13,7 @@ import optax
 import pytest
 from test_jax_leaks import OLD_RADAM, line_of, old_radam
 
-from leakdoctor.integrations.jax import CompileLog, compile_listener, scan_conds
+from leakdoctor.integrations._jax import CompileLog, compile_listener, scan_conds
 from leakdoctor.remedies.cond_to_where import cond_to_where, count_conds, rewrite_jaxpr
 
 

@@ -25,9 +25,9 @@ from leakdoctor.callbacks.flax import LeakDoctor
 from leakdoctor.examples import old_radam as old_radam_module
 from leakdoctor.examples.old_radam import old_radam
 from leakdoctor.integrations import MetricSpec
-from leakdoctor.integrations.jax import ArrayGrowth, compile_cache, live_arrays
-from leakdoctor.judging.detect import Trend, theil_sen
-from leakdoctor.judging.evidence import Evidence, Ladder
+from leakdoctor.integrations._jax import ArrayGrowth, compile_cache, live_arrays
+from leakdoctor._base.trend import Trend, theil_sen
+from leakdoctor._base.evidence import Evidence, Ladder
 
 HERE = Path(__file__)
 #: The old RAdam's source: findings about its lax.cond point there.

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from helpers import counts, has, isolated, kept, mentions, phrase, place, says
 
-from leakdoctor.judging.detect import theil_sen
+from leakdoctor._base.trend import theil_sen
 
 HERE = Path(__file__)
 BACKENDS = ("jax", "torch")

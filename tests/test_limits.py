@@ -1,4 +1,4 @@
-"""Where a run really runs out of memory (leakdoctor/lifecycle/limits.py): cgroup v2 and v1 limits read from real
+"""Where a run really runs out of memory (leakdoctor/integrations/_limits.py): cgroup v2 and v1 limits read from real
 files laid out under a root folder as /proc and /sys are (this process's own cgroup, its ancestors, a
 container that sees the host's path, hybrid hierarchies); RLIMIT_AS and RLIMIT_DATA read in a fresh
 process that really set them; physical memory; the user's override; and which limit a summary says it
@@ -16,7 +16,7 @@ import pytest
 
 from leakdoctor import LeakDoctor
 from leakdoctor.integrations import MetricSpec
-from leakdoctor.lifecycle import limits
+from leakdoctor.integrations import _limits as limits
 
 MIB = 2**20
 GIB = 2**30
@@ -163,7 +163,7 @@ RLIMIT_SCRIPT = textwrap.dedent("""
     import json, resource, sys
     import psutil
     from leakdoctor import LeakDoctor
-    from leakdoctor.lifecycle import limits
+    from leakdoctor.integrations import _limits as limits
 
     kind, headroom = sys.argv[1], int(sys.argv[2])
     usage = psutil.Process().memory_info()

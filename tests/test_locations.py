@@ -11,7 +11,7 @@ from pathlib import Path
 
 from helpers import isolated, says, place
 
-from leakdoctor.integrations.source import stored_value
+from leakdoctor._base.source import stored_value
 
 HERE = Path(__file__)
 #: Fixed so that materiality does not depend on the RAM of the machine running the tests; HUGE makes

@@ -1,4 +1,4 @@
-"""The message catalogue (leakdoctor/base/messages.py): records render to text, locations to their one
+"""The message catalogue (leakdoctor/_base/messages.py): records render to text, locations to their one
 text, a summary of the old schema is still read; and no test reads the catalogue's words: tests assert on
 records' codes and params (helpers.has, helpers.says on records), never on how a message is worded."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from helpers import has, mentions, place
-from leakdoctor.base.messages import (MESSAGES, codes, find, legacy, location, location_text, msg, parse_location,
+from leakdoctor._base.messages import (MESSAGES, codes, find, legacy, location, location_text, msg, parse_location,
                                       render, unique)
-from leakdoctor.base.schema import OLD_SCHEMAS, SCHEMA
+from leakdoctor._base.schema import OLD_SCHEMAS, SCHEMA
 from leakdoctor.reporting.summary import Finding, Summary
 
 TESTS = Path(__file__).parent

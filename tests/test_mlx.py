@@ -15,13 +15,13 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
 import pytest
-from leakdoctor.base.schema import SCHEMA
+from leakdoctor._base.schema import SCHEMA
 from helpers import has, isolated, kept, mentions, place, says
 
 from leakdoctor.callbacks.mlx import LeakDoctor
-from leakdoctor.integrations.mlx import CACHE
-from leakdoctor.judging.detect import theil_sen
-from leakdoctor.remedies.base import RemedyContext
+from leakdoctor.integrations._mlx import CACHE
+from leakdoctor._base.trend import theil_sen
+from leakdoctor.remedies._base import RemedyContext
 from leakdoctor.remedies.cap_cache import CapCache
 from leakdoctor.reporting.summary import Finding
 

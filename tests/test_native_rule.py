@@ -16,12 +16,12 @@ import pytest
 from helpers import isolated, says
 
 from leakdoctor.integrations import Cleanup, MetricSpec
-from leakdoctor.integrations.process import RssProbe, malloc_in_use, malloc_trim, python_slack
-from leakdoctor.judging.detect import Trend
-from leakdoctor.judging.diagnosis import fallback
-from leakdoctor.judging.evidence import HEAP, MAPPED, Evidence, Ladder
-from leakdoctor.judging.investigate import run_ladder
-from leakdoctor.lifecycle.guard import Guard
+from leakdoctor.integrations._process import RssProbe, malloc_in_use, malloc_trim, python_slack
+from leakdoctor._base.trend import Trend
+from leakdoctor._judging.diagnosis import fallback
+from leakdoctor._base.evidence import HEAP, MAPPED, Evidence, Ladder
+from leakdoctor._judging.investigate import run_ladder
+from leakdoctor._base.guard import Guard
 
 MIB = 2**20
 RSS = "rss_bytes"

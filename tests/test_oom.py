@@ -17,7 +17,7 @@ import pytest
 from helpers import counts, isolated, phrase, says, place
 
 from leakdoctor import LeakDoctor
-from leakdoctor.lifecycle.oom import is_oom
+from leakdoctor._lifecycle.oom import is_oom
 
 HERE = Path(__file__)
 MIB = 2**20

@@ -239,7 +239,7 @@ def test_the_keras_callback_uses_the_doctors_public_api_only():
 
 
 def test_leakdoctor_run_hands_on_limit_to_the_doctor():
-    from leakdoctor.runner.session import Session
+    from leakdoctor._runner.session import Session
 
     assert Session({"remedies": "off"}, "stop").doctor_options() == {"remedies": "off", "on_limit": "stop"}
     assert Session({"remedies": "off"}, None).doctor_options() == {"remedies": "off"}
@@ -272,13 +272,13 @@ def test_the_severities_are_written_in_one_place():
     """No module restates the severities as a tuple or a set of literals: they are schema.SEVERITIES."""
     import ast
 
-    from leakdoctor.reporting.schema import SEVERITIES
+    from leakdoctor._base.schema import SEVERITIES
 
     package = Path(__file__).resolve().parent.parent / "leakdoctor"
     restated = []
     for path in package.rglob("*.py"):
         if re.search(r"^SEVERITIES = ", path.read_text(), re.M):
-            continue  # the one place (reporting/schema.py)
+            continue  # the one place (_base/schema.py)
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and \
                     {e.value for e in node.elts if isinstance(e, ast.Constant)} >= set(SEVERITIES):

@@ -4,7 +4,7 @@ interval for long."""
 
 from __future__ import annotations
 
-from leakdoctor.reading.pacing import Pacer
+from leakdoctor._reading.pacing import Pacer
 
 STEP = 1e-3
 BUDGET = 0.005

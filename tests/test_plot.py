@@ -14,7 +14,7 @@ from leakdoctor import Finding, LeakDoctor, Summary
 from leakdoctor.reporting.summary import RemedyOutcome, SeriesSummary
 
 pytest.importorskip("matplotlib")
-from leakdoctor.reporting.plot import figure, shown  # noqa: E402
+from leakdoctor.reporting._plot import figure, shown  # noqa: E402
 
 MIB = 2**20
 

@@ -104,7 +104,7 @@ def test_the_package_root_re_exports_its_names_for_type_checkers_and_loads_them_
     code = ("import json, sys, leakdoctor; print(json.dumps(sorted(m for m in sys.modules "
             "if m.split('.')[0] in ('leakdoctor', 'numpy', 'psutil'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert json.loads(out.stdout) == ["leakdoctor", "leakdoctor.base", "leakdoctor.base.version"]
+    assert json.loads(out.stdout) == ["leakdoctor", "leakdoctor._base", "leakdoctor._base.version"]
     from leakdoctor.doctor import LeakDoctor
     from leakdoctor.reporting.summary import Finding, Summary
 

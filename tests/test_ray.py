@@ -25,7 +25,7 @@ pytest.importorskip("torch", reason="the Ray Train test needs torch")
 import psutil  # noqa: E402 - after the skips
 from test_distributed_stop import MIB, WINDOW, leaky_ddp_loop  # noqa: E402
 
-from leakdoctor.lifecycle.stopping import FARTHEST  # noqa: E402
+from leakdoctor._lifecycle.stopping import FARTHEST  # noqa: E402
 
 MAX_STEPS = 2000
 TIMEOUT = 480  # seconds, for the whole test (pytest-timeout): starting Ray took most of 240 s at a load of 4-9 on 2 cores

@@ -18,7 +18,7 @@ from helpers import isolated, says
 
 from leakdoctor import LeakDoctor, LeakDoctorWarning
 from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec
-from leakdoctor.judging import detect
+from leakdoctor._base import trend as detect
 
 pytest_plugins = ["pytester"]
 
@@ -146,7 +146,7 @@ def summary_polls(polls: int, steps_between: int) -> dict:
     seen, and how many of the longest history's points the summary's whole-run fits read."""
     import psutil
 
-    from leakdoctor.judging import stopped
+    from leakdoctor._judging import stopped
 
     process = psutil.Process()
     doctor = LeakDoctor(overhead=1.0, verbose=False)

@@ -406,7 +406,7 @@ import sys
 import time
 
 from leakdoctor import LeakDoctor
-from leakdoctor.lifecycle import termination
+from leakdoctor._lifecycle import termination
 
 doctor = LeakDoctor(verbose=False, summary_path=sys.argv[1])
 for _ in range(10):

@@ -14,7 +14,7 @@ import signal
 import sys
 
 import pytest
-from leakdoctor.base.schema import SCHEMA
+from leakdoctor._base.schema import SCHEMA
 from helpers import counts, phrase, says, place
 from procs import SCRIPTS, Watched, leakdoctor_run, run
 
@@ -213,7 +213,7 @@ def test_bad_options_fail_before_the_script_runs(tmp_path):
 
 
 def test_fail_on_leak_takes_its_level_only_after_an_equals_sign():
-    from leakdoctor.runner.command import split
+    from leakdoctor._runner.command import split
 
     assert split(["run", "--fail-on-leak", "train.py", "--epochs", "3"]) == \
         (["run", "--fail-on-leak", "train.py"], ["--epochs", "3"])

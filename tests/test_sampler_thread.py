@@ -36,7 +36,7 @@ def leaking_loop(doctor: LeakDoctor, steps: int, start: int, per_step: int, paus
     return kept
 
 
-@pytest.mark.filterwarnings("ignore::leakdoctor.lifecycle.guard.LeakDoctorWarning")  # the projection to the limit
+@pytest.mark.filterwarnings("ignore::leakdoctor._base.guard.LeakDoctorWarning")  # the projection to the limit
 def test_a_leak_watched_off_the_training_thread_is_found_at_its_line_and_the_thread_is_in_the_total():
     per_step = int(0.01 * psutil.Process().memory_info().rss)
     with LeakDoctor(sampler="thread", verbose=False) as doctor:
@@ -79,7 +79,7 @@ def resident(size: int) -> mmap.mmap:
     return block
 
 
-@pytest.mark.filterwarnings("ignore::leakdoctor.lifecycle.guard.LeakDoctorWarning")  # the projection to the limit
+@pytest.mark.filterwarnings("ignore::leakdoctor._base.guard.LeakDoctorWarning")  # the projection to the limit
 @pytest.mark.parametrize("sampler", ["auto", "inline"])
 def test_the_post_mortem_is_written_while_a_step_still_runs(tmp_path, sampler):
     """One long step that allocates past the watermark: the thread writes the post-mortem before the step

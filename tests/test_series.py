@@ -1,7 +1,7 @@
 """Series storage: windows are spans of steps, the pyramid and the history stay bounded."""
 
 from leakdoctor.integrations import MetricSpec
-from leakdoctor.reading.series import Series
+from leakdoctor._reading.series import Series
 
 
 def test_windows_are_step_spans_whatever_the_sampling():

@@ -9,10 +9,10 @@ import signal
 import subprocess
 import sys
 
-from leakdoctor.base.schema import SCHEMA
+from leakdoctor._base.schema import SCHEMA
 from helpers import mentions, says
 from procs import SCRIPTS, Watched
-from leakdoctor.lifecycle import termination
+from leakdoctor._lifecycle import termination
 
 
 def sigterm_run(tmp_path, *args: str, **env: str) -> tuple[Watched, int]:
@@ -73,7 +73,7 @@ def test_a_keras_fit_writes_the_callbacks_summary(tmp_path):
 
 
 def test_the_handler_is_installed_once_from_the_main_thread_only():
-    code = ("import signal, threading; from leakdoctor import LeakDoctor; from leakdoctor.lifecycle import termination\n"
+    code = ("import signal, threading; from leakdoctor import LeakDoctor; from leakdoctor._lifecycle import termination\n"
             "t = threading.Thread(target=lambda: LeakDoctor(verbose=False)); t.start(); t.join()\n"
             "print(termination.installed(), signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)\n"
             "a = LeakDoctor(verbose=False); handler = signal.getsignal(signal.SIGTERM)\n"

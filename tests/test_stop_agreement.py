@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from leakdoctor.lifecycle.guard import Guard, LeakDoctorWarning
-from leakdoctor.lifecycle.stopping import FARTHEST, SharedLimitWatch
+from leakdoctor._base.guard import Guard, LeakDoctorWarning
+from leakdoctor._lifecycle.stopping import FARTHEST, SharedLimitWatch
 from leakdoctor.settings import Settings
 
 EVERY = 6

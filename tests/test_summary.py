@@ -14,7 +14,7 @@ from helpers import counts, says, place
 
 from leakdoctor import Finding, Summary
 from leakdoctor.cli import main
-from leakdoctor.reporting.schema import SCHEMA
+from leakdoctor._base.schema import SCHEMA
 from leakdoctor.reporting.summary import RemedyOutcome, SeriesSummary
 
 
@@ -182,7 +182,7 @@ def test_demo_default_is_the_first_installed_case():
 def _fed_monitor(value_at: Callable[[int], float], steps: int) -> tuple[Any, Any]:
     """A monitor at the default settings whose resident memory read `value_at(step)` on every step."""
     from leakdoctor.integrations import MetricSpec
-    from leakdoctor.reading.monitor import Monitor
+    from leakdoctor._reading.monitor import Monitor
     from leakdoctor.settings import Settings
 
     settings = Settings.create(verbose=False)
@@ -197,7 +197,7 @@ def test_the_rate_after_an_effective_remedy_is_refit_over_the_rest_of_the_run():
     """Verification reads a few windows after the remedy, where a flat series quantized to whole MiB can
     show a slope of most of a MiB a step; the summary's rate after is the slope of all that was read
     after the remedy, which for that series is far smaller."""
-    from leakdoctor.reporting.report import final_findings
+    from leakdoctor.reporting._report import final_findings
 
     mib = 2.0**20
 
@@ -219,7 +219,7 @@ def test_a_pool_that_filled_and_then_creeps_a_little_ends_clean():
     (the heap's fragmentation): material over the horizon, but a sixth of a percent of the filling, which
     was found at step 60. The growth that was found stopped; the end-of-run summary notes it (one run in
     three of the realworld benchmark's caching-pool scenario reported such a creep as native_memory)."""
-    from leakdoctor.reporting.report import final_findings
+    from leakdoctor.reporting._report import final_findings
 
     kib, mib = 1024.0, 2.0**20
 
@@ -237,7 +237,7 @@ def test_a_slow_leak_whose_rate_was_overstated_at_detection_stays_a_finding():
     """A leak of 64 KiB a step under page-sized noise, found with six times its rate (a few noisy windows):
     the last windows grow at a sixth of that, but at the pace of the whole run since it began, so the
     growth goes on and the finding stays."""
-    from leakdoctor.reporting.report import final_findings
+    from leakdoctor.reporting._report import final_findings
 
     kib, mib = 1024.0, 2.0**20
     monitor, settings = _fed_monitor(lambda step: 300 * mib + 64 * kib * step + 256 * kib * (step * 7 % 5), 300)
@@ -252,7 +252,7 @@ def test_a_leak_that_pauses_and_grows_on_is_not_withdrawn():
     """A leak of 100 KiB a step, found at step 60 with twelve times its rate, pauses from step 100 to 160
     (an epoch of evaluation) and grows on to the end: the readings since the pause show the old pace,
     so the finding stays, whatever the rate at detection said."""
-    from leakdoctor.reporting.report import final_findings
+    from leakdoctor.reporting._report import final_findings
 
     kib, mib = 1024.0, 2.0**20
 
@@ -273,7 +273,7 @@ def test_a_leak_that_resident_memory_shows_in_stairs_is_not_withdrawn_on_a_stair
     """Tensors kept every step that the heap first serves from memory it freed: resident memory rises
     24 MiB every 400 steps (60 KiB a step) and the run ends 450 steps into a stair: the last third of the
     run is quiet, but no longer than twice the pauses the growth took before, so the finding stays."""
-    from leakdoctor.reporting.report import final_findings
+    from leakdoctor.reporting._report import final_findings
 
     mib = 2.0**20
     monitor, settings = _fed_monitor(lambda step: 300 * mib + 24 * mib * ((step + 330) // 400) + (step % 7) * 4096, 1320)
@@ -288,7 +288,7 @@ def test_an_evaluation_peak_kept_by_the_allocator_is_not_a_leak_paused_on_a_stai
     the first epoch (found at step 64), the test pass at its end leaves 29 MiB that the heap keeps, and
     the later test passes add 0.4 and 1.2 MiB. Those bumps carry a tenth of the pace found: no stairs of
     a growth that goes on, so the finding is withdrawn as stopped."""
-    from leakdoctor.reporting.report import final_findings
+    from leakdoctor.reporting._report import final_findings
 
     mib = 2.0**20
 
@@ -307,7 +307,7 @@ def test_a_proven_cause_too_slow_to_matter_is_kept_as_minor_and_an_unproven_one_
     """Tensors that keep their graph (`total_loss += loss`) grow resident memory by a hundred bytes a
     step: too little to matter over the horizon, but proven: a minor finding at its place. The same
     rate named only by the allocator (native_memory) is withdrawn, with its reason."""
-    from leakdoctor.reporting.report import final_findings
+    from leakdoctor.reporting._report import final_findings
 
     mib = 2.0**20
     monitor, settings = _fed_monitor(lambda step: 300 * mib + 100.0 * step, 400)
@@ -326,8 +326,8 @@ def test_models_still_referenced_after_a_full_collection_are_proven_whatever_res
     """Keras models that a sweep keeps (the models rule saw them still referenced after gc.collect()),
     where resident memory fell back over the run (the allocator cache's remedy trimmed what the fits
     left): minor at the holder, not withdrawn. The same finding with the old models freed is withdrawn."""
-    from leakdoctor.integrations.keras import NewModels
-    from leakdoctor.reporting.report import final_findings
+    from leakdoctor.integrations._keras import NewModels
+    from leakdoctor.reporting._report import final_findings
 
     mib = 2.0**20
     monitor, settings = _fed_monitor(lambda step: 300 * mib - 1024.0 * step, 400)

@@ -20,17 +20,17 @@ from torch import nn
 
 from leakdoctor.callbacks.torch import LeakDoctor
 from leakdoctor.integrations import MetricSpec
-from leakdoctor.integrations.holders import Holder
-from leakdoctor.integrations.python import code_location
-from leakdoctor.integrations.torch import device_rule
-from leakdoctor.integrations.torch_graphs import TensorCensus, retained_rule
-from leakdoctor.judging.detect import Trend
-from leakdoctor.judging.evidence import Evidence, Ladder
-from leakdoctor.remedies.base import RemedyContext
+from leakdoctor.integrations._holders import Holder
+from leakdoctor.integrations._python import code_location
+from leakdoctor.integrations._torch import device_rule
+from leakdoctor.integrations._torch_graphs import TensorCensus, retained_rule
+from leakdoctor._base.trend import Trend
+from leakdoctor._base.evidence import Evidence, Ladder
+from leakdoctor.remedies._base import RemedyContext
 from leakdoctor.remedies.detach_retained import DetachRetained, Packer, detached
 from leakdoctor.remedies.remove_hooks import drop_repeats
-from leakdoctor.reporting.ranks import merge
-from leakdoctor.reporting.report import proven
+from leakdoctor.reporting._ranks import merge
+from leakdoctor.reporting._report import proven
 from leakdoctor.reporting.summary import Finding, Summary
 
 

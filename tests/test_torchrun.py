@@ -28,7 +28,7 @@ import pytest
 from helpers import place
 from procs import SCRIPTS, env
 
-from leakdoctor.lifecycle.stopping import FARTHEST
+from leakdoctor._lifecycle.stopping import FARTHEST
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.timeout(150)

@@ -155,7 +155,7 @@ def test_leakdoctor_run_refuses_an_unknown_tracker_before_the_script_runs(tmp_pa
 
 
 def test_tracker_takes_the_next_word_as_its_name_and_repeats():
-    from leakdoctor.runner.command import split
+    from leakdoctor._runner.command import split
 
     assert split(["run", "--tracker", "mlflow", "--tracker", "wandb", "train.py", "--tracker", "x"]) == \
         (["run", "--tracker", "mlflow", "--tracker", "wandb", "train.py"], ["--tracker", "x"])

@@ -11,7 +11,7 @@ import inspect
 import pytest
 from helpers import counts, isolated, place
 
-from leakdoctor.integrations.python import code_location
+from leakdoctor.integrations._python import code_location
 
 #: What the loop below appends every step besides its losses: 100 kB a step, the bigger leak.
 BLOBS: list[bytes] = []
@@ -78,7 +78,7 @@ def hooks_and_compiles(steps: int) -> dict:
     from torch import nn
 
     from leakdoctor.callbacks.torch import LeakDoctor
-    from leakdoctor.integrations import jax as jax_integration
+    from leakdoctor.integrations import _jax as jax_integration
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -119,7 +119,7 @@ class Harness:
 
     def __init__(self, mode: str, length: int, warmup: int = 20, check: int = 10,
                  on_limit: str = "warn") -> None:
-        from leakdoctor.integrations.process import RssReader
+        from leakdoctor.integrations._process import RssReader
 
         if mode not in MODES:
             raise ValueError(f"mode={mode!r}: expected one of {MODES}")

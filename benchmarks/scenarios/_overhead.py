@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import paired_ratio  # noqa: E402
 
 from leakdoctor.callbacks.torch import LeakDoctor  # noqa: E402
-from leakdoctor.integrations.process import RssReader  # noqa: E402
+from leakdoctor.integrations._process import RssReader  # noqa: E402
 
 BLOCK = 50
 PAIRS = 5

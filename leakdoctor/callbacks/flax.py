@@ -36,12 +36,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from leakdoctor import doctor
-from leakdoctor.framework import Framework
-from leakdoctor.integrations import jax as jax_integration
-from leakdoctor.integrations.jax import OptimizerCall
-from leakdoctor.lifecycle import stopping
-from leakdoctor.base.guard import Guard
-from leakdoctor.reporting import ranks
+from leakdoctor._framework import Framework
+from leakdoctor.integrations import _jax as jax_integration
+from leakdoctor.integrations._jax import OptimizerCall
+from leakdoctor._lifecycle import stopping
+from leakdoctor._base.guard import Guard
+from leakdoctor.reporting import _ranks as ranks
 from leakdoctor.settings import DoctorOptions, documented
 
 if TYPE_CHECKING:

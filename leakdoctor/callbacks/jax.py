@@ -7,7 +7,7 @@
             state, loss = train_step(state, x, y)
             state = doctor.step(state)
 
-Named after the framework it watches, as the integration is (leakdoctor/integrations/jax.py).
+Named after the framework it watches, as the integration is (leakdoctor/integrations/_jax.py).
 `leakdoctor.callbacks.flax`, the older name, gives the same class: its code lives there until the
 framework doctors are composed (the body moves here then, and flax.py becomes the alias).
 """

@@ -69,18 +69,18 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import numpy as np
 
 from leakdoctor import doctor
-from leakdoctor import options as doctor_options
-from leakdoctor.base import logs
-from leakdoctor.base.findings import Finding, SeriesSummary
-from leakdoctor.base.guard import Guard
-from leakdoctor.base.messages import Record, msg
-from leakdoctor.base.trend import theil_sen
-from leakdoctor.framework import Ending, Framework
-from leakdoctor.integrations import keras as keras_integration
-from leakdoctor.judging.stopped import thinned
-from leakdoctor.lifecycle import stopping
-from leakdoctor.reporting import ranks, report
-from leakdoctor.reporting.exporter import Publisher, publisher_for
+from leakdoctor import _options as doctor_options
+from leakdoctor._base import logs
+from leakdoctor._base.findings import Finding, SeriesSummary
+from leakdoctor._base.guard import Guard
+from leakdoctor._base.messages import Record, msg
+from leakdoctor._base.trend import theil_sen
+from leakdoctor._framework import Ending, Framework
+from leakdoctor.integrations import _keras as keras_integration
+from leakdoctor._judging.stopped import thinned
+from leakdoctor._lifecycle import stopping
+from leakdoctor.reporting import _ranks as ranks, _report as report
+from leakdoctor.reporting._exporter import Publisher, publisher_for
 from leakdoctor.reporting.summary import Summary
 from leakdoctor.settings import DoctorOptions, Settings, documented, reject_unknown
 
@@ -140,7 +140,7 @@ else:
 CALL_DEFAULTS: Mapping[str, int] = {"warmup": 3, "window": 1, "investigate_steps": 4, "verify_windows": 6,
                                     "horizon": 10_000}
 _KINDS = {"train": "fit", "test": "evaluate", "predict": "predict"}
-#: The points a series of the summary keeps (as reading/series.py's history).
+#: The points a series of the summary keeps (as _reading/series.py's history).
 HISTORY = 1024
 #: Options for the across-calls doctor alone: it writes, plots and serves the callback's one summary.
 _RUN_ONLY = ("summary_path", "plot_path", "html_path", "prometheus_port", "prometheus_host",

@@ -39,14 +39,14 @@ import warnings
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
-from leakdoctor import options as doctor_options
-from leakdoctor.base.findings import Finding
-from leakdoctor.base.guard import Guard
-from leakdoctor.base.messages import codes, msg, unique
+from leakdoctor import _options as doctor_options
+from leakdoctor._base.findings import Finding
+from leakdoctor._base.guard import Guard
+from leakdoctor._base.messages import codes, msg, unique
 from leakdoctor.callbacks.torch import LeakDoctor
 from leakdoctor.doctor import STATE_SCHEMA
-from leakdoctor.framework import PLAIN, Framework
-from leakdoctor.lifecycle.stopping import Agree
+from leakdoctor._framework import PLAIN, Framework
+from leakdoctor._lifecycle.stopping import Agree
 from leakdoctor.reporting.summary import Summary
 from leakdoctor.settings import DoctorOptions, documented
 

@@ -1,4 +1,4 @@
-"""The remedy registry: names, the `remedies=` levels (base/remedy_names.py, which the settings check against),
+"""The remedy registry: names, the `remedies=` levels (_base/remedy_names.py, which the settings check against),
 and lazy loading (one module per remedy).
 
 A remedy module is imported only when a finding calls for it, so `import leakdoctor` imports no
@@ -10,10 +10,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from leakdoctor.base.remedy_names import INVASIVE, LEVELS, NAMES, SAFE, resolve
+from leakdoctor._base.remedy_names import INVASIVE, LEVELS, NAMES, SAFE, resolve
 
 if TYPE_CHECKING:
-    from leakdoctor.remedies.base import Remedy
+    from leakdoctor.remedies._base import Remedy
 
 __all__ = ["SAFE", "INVASIVE", "NAMES", "LEVELS", "resolve", "load"]
 

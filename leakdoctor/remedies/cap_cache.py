@@ -9,9 +9,9 @@ no live data."""
 
 from __future__ import annotations
 
-from leakdoctor.base.messages import Record, msg
-from leakdoctor.integrations.mlx import CACHE, core
-from leakdoctor.remedies.base import Remedy, RemedyContext
+from leakdoctor._base.messages import Record, msg
+from leakdoctor.integrations._mlx import CACHE, core
+from leakdoctor.remedies._base import Remedy, RemedyContext
 
 
 class CapCache(Remedy):

@@ -5,9 +5,9 @@ cleared compilations are rebuilt with the same results."""
 
 from __future__ import annotations
 
-from leakdoctor.base.messages import Record, msg
-from leakdoctor.base.integration import Cleanup
-from leakdoctor.remedies.base import Periodic, Remedy, RemedyContext
+from leakdoctor._base.messages import Record, msg
+from leakdoctor._base.integration import Cleanup
+from leakdoctor.remedies._base import Periodic, Remedy, RemedyContext
 
 _NOT_CACHES = ("gc_collect", "malloc_trim")
 

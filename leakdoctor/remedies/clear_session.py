@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from leakdoctor.base.messages import Record, msg
-from leakdoctor.base.trend import Trend
-from leakdoctor.integrations import keras as keras_integration
-from leakdoctor.integrations.process import malloc_trim
-from leakdoctor.remedies.base import Remedy, RemedyContext
+from leakdoctor._base.messages import Record, msg
+from leakdoctor._base.trend import Trend
+from leakdoctor.integrations import _keras as keras_integration
+from leakdoctor.integrations._process import malloc_trim
+from leakdoctor.remedies._base import Remedy, RemedyContext
 
 #: The only global state reset for good: the counters that make layer names unique.
 RESET = frozenset({"object_name_uids"})

@@ -28,9 +28,9 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Sequence
 
-from leakdoctor.base.messages import Record, msg
-from leakdoctor.base.guard import warn
-from leakdoctor.remedies.base import Remedy, RemedyContext
+from leakdoctor._base.messages import Record, msg
+from leakdoctor._base.guard import warn
+from leakdoctor.remedies._base import Remedy, RemedyContext
 
 __all__ = ["cond_to_where", "rewrite_jaxpr", "count_conds", "CondToWhere", "REMEDY"]
 

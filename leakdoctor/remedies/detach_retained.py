@@ -10,7 +10,7 @@ a step after the remedy, as the user's code appends; what the remedy frees there
 so it is judged on them: it worked when the holders keep no tensor with a graph any more and what they
 keep of a step is small (the list that still grows is then a history of detached numbers, which the
 container rule judges by the bytes it holds; large detached tensors would go on leaking memory). A local
-variable is read in the newest call of its function on the stack (integrations/holders.py), so the running
+variable is read in the newest call of its function on the stack (integrations/_holders.py), so the running
 total that each epoch's call of `train()` starts anew is detached too.
 
 Small CPU tensors kept this way (a scalar loss per step) are also packed into shared buffers: each has a
@@ -25,9 +25,9 @@ from collections import deque
 from itertools import islice
 from typing import Any, Callable
 
-from leakdoctor.base.messages import Record, msg
-from leakdoctor.integrations.holders import Holder
-from leakdoctor.remedies.base import Remedy, RemedyContext
+from leakdoctor._base.messages import Record, msg
+from leakdoctor.integrations._holders import Holder
+from leakdoctor.remedies._base import Remedy, RemedyContext
 
 #: Largest tensor (bytes) packed into a shared buffer, and the size of one buffer.
 PACK_BYTES = 4096

@@ -12,9 +12,9 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from leakdoctor.base.messages import Record, msg
-from leakdoctor.integrations.mlx import STATE, core, state_trees
-from leakdoctor.remedies.base import Remedy, RemedyContext
+from leakdoctor._base.messages import Record, msg
+from leakdoctor.integrations._mlx import STATE, core, state_trees
+from leakdoctor.remedies._base import Remedy, RemedyContext
 
 
 class ForceEval(Remedy):

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import gc
 
-from leakdoctor.base.messages import Record, msg
-from leakdoctor.base.findings import Finding
-from leakdoctor.remedies.base import Periodic, Remedy, RemedyContext
+from leakdoctor._base.messages import Record, msg
+from leakdoctor._base.findings import Finding
+from leakdoctor.remedies._base import Periodic, Remedy, RemedyContext
 
 #: The most garbage left between two collections. Freeing a pile costs the same whether it is collected
 #: often or seldom, so pacing by the collection's cost alone would let the pile grow without end.

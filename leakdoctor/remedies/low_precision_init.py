@@ -25,8 +25,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from leakdoctor.base.units import format_value
-from leakdoctor.integrations.process import malloc_trim
+from leakdoctor._base.units import format_value
+from leakdoctor.integrations._process import malloc_trim
 
 
 def low_precision_init(fn: Callable[..., Any], *args: Any, dtype: Any) -> Any:

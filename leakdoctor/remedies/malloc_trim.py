@@ -4,9 +4,9 @@ investigation saw malloc_trim take the growth back; skipped where libc has no ma
 
 from __future__ import annotations
 
-from leakdoctor.base.messages import Record, msg
-from leakdoctor.integrations.process import malloc_trim
-from leakdoctor.remedies.base import Periodic, Remedy, RemedyContext
+from leakdoctor._base.messages import Record, msg
+from leakdoctor.integrations._process import malloc_trim
+from leakdoctor.remedies._base import Periodic, Remedy, RemedyContext
 
 
 class MallocTrim(Remedy):

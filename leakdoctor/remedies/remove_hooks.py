@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from leakdoctor.base.messages import Record, msg
-from leakdoctor.integrations.torch import HOOK_EXTRAS, duplicate_handles
-from leakdoctor.remedies.base import Remedy, RemedyContext
+from leakdoctor._base.messages import Record, msg
+from leakdoctor.integrations._torch import HOOK_EXTRAS, duplicate_handles
+from leakdoctor.remedies._base import Remedy, RemedyContext
 
 
 def drop_repeats(module: Any, kind: str) -> int:

@@ -12,8 +12,8 @@ import os
 import re
 from typing import Any, Callable
 
-from leakdoctor.base.schema import CAUSES, OLD_SCHEMAS, SCHEMA, SEVERITIES, STATES
-from leakdoctor.base.units import UNITS
+from leakdoctor._base.schema import CAUSES, OLD_SCHEMAS, SCHEMA, SEVERITIES, STATES
+from leakdoctor._base.units import UNITS
 
 __all__ = ["SummaryFileError", "read", "check", "clean"]
 

@@ -1,7 +1,7 @@
 """The end-of-run report: findings, series, verdict; rendered as JSON (schema leakdoctor.summary/2, whose
-names are base/schema.py's; /1 is still read), as a text table, and (with the [plot] extra) as a PNG (plot.py). Read back from a
+names are _base/schema.py's; /1 is still read), as a text table, and (with the [plot] extra) as a PNG (_plot.py). Read back from a
 file with Summary.load, which loading.py checks first. A Summary is made of the ground floor's Finding,
-RemedyOutcome and SeriesSummary (leakdoctor/base/findings.py), which this module also exports."""
+RemedyOutcome and SeriesSummary (leakdoctor/_base/findings.py), which this module also exports."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from leakdoctor.base.findings import Finding, RemedyOutcome, SeriesSummary, known_fields, proving
-from leakdoctor.base.messages import Record, legacy, render
-from leakdoctor.base.schema import OLD_SCHEMAS, SCHEMA
-from leakdoctor.base.units import format_value
-from leakdoctor.reporting import html
-from leakdoctor.reporting.files import now_iso, write_atomic
+from leakdoctor._base.findings import Finding, RemedyOutcome, SeriesSummary, known_fields, proving
+from leakdoctor._base.messages import Record, legacy, render
+from leakdoctor._base.schema import OLD_SCHEMAS, SCHEMA
+from leakdoctor._base.units import format_value
+from leakdoctor.reporting import _html as html
+from leakdoctor.reporting._files import now_iso, write_atomic
 from leakdoctor.reporting.loading import read
-from leakdoctor.reporting.plot import plot_summary
-from leakdoctor.reporting.text import render_text, step_time_line
+from leakdoctor.reporting._plot import plot_summary
+from leakdoctor.reporting._text import render_text, step_time_line
 
 __all__ = ["Summary", "Finding", "RemedyOutcome", "SeriesSummary", "verdict_of", "format_value", "render_text",
            "step_time_line", "proving", "write_atomic", "now_iso"]
@@ -47,7 +47,7 @@ class Summary:
     projected_limit_step: int | None = None
     overhead: dict[str, float] = field(default_factory=dict)
     ranks: list[dict[str, Any]] = field(default_factory=list)
-    #: records of the message catalogue (base/messages.py): what no field says
+    #: records of the message catalogue (_base/messages.py): what no field says
     notes: list[Record] = field(default_factory=list)
     errors: list[dict[str, str]] = field(default_factory=list)
     rank: int = 0
@@ -114,7 +114,7 @@ class Summary:
             "projected_limit_step": self.projected_limit_step,
             "overhead": dict(self.overhead),
             "ranks": list(self.ranks),
-            "notes": list(self.notes),  # records (base/messages.py): `leakdoctor report` renders them
+            "notes": list(self.notes),  # records (_base/messages.py): `leakdoctor report` renders them
             "errors": list(self.errors),
             "settings": dict(self.settings),
             "memory_limit": self.memory_limit,
@@ -180,7 +180,7 @@ class Summary:
         plot_summary(self, path)
 
     def write_html(self, path: str | os.PathLike[str]) -> None:
-        """Write the run as one self-contained HTML page (reporting/html.py), atomically."""
+        """Write the run as one self-contained HTML page (reporting/_html.py), atomically."""
         html.write(self, path)
 
     def _repr_html_(self) -> str:

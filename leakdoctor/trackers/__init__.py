@@ -11,14 +11,14 @@ Each tracker is a small class (one module each: tensorboard.py, mlflow.py, wandb
 framework. The engine feeds them from where it already publishes to the Prometheus exporter (feed.Feed has
 the exporter's `publish`), one way: engine -> feed -> trackers. A tracker that fails (its library missing, a
 disk full, a server gone) is reported once and switched off; the training run goes on. What `trackers=`
-takes is checked by the settings, against the ground floor's leakdoctor/base/tracker_names.py.
+takes is checked by the settings, against the ground floor's leakdoctor/_base/tracker_names.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from leakdoctor.base.tracker_names import NAMES, kind_of, resolve
+from leakdoctor._base.tracker_names import NAMES, kind_of, resolve
 
 __all__ = ["NAMES", "resolve", "adapt", "Tracker", "TensorBoard", "MLflow", "WandB"]
 

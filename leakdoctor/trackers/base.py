@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
-from leakdoctor.base.messages import location_text
+from leakdoctor._base.messages import location_text
 
 if TYPE_CHECKING:
     from leakdoctor.reporting.summary import Finding, Summary

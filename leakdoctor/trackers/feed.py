@@ -15,7 +15,7 @@ from leakdoctor.trackers import adapt
 from leakdoctor.trackers.base import Tracker, finding_record
 
 if TYPE_CHECKING:
-    from leakdoctor.lifecycle.guard import Guard
+    from leakdoctor._base.guard import Guard
     from leakdoctor.reporting.summary import Finding, Summary
     from leakdoctor.settings import Settings
 
