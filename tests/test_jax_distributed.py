@@ -38,7 +38,7 @@ def _jax_process(rank: int, port: int, folder: str) -> dict:
     import numpy as np
     import optax
 
-    from leakdoctor.callbacks.flax import LeakDoctor
+    from leakdoctor.callbacks.jax import LeakDoctor
 
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=rank)
 

@@ -21,7 +21,7 @@ from flax import linen, nnx
 from flax.training import train_state
 from helpers import corpus_run, has, isolated, kept, mentions, says, place
 
-from leakdoctor.callbacks.flax import LeakDoctor
+from leakdoctor.callbacks.jax import LeakDoctor
 from leakdoctor.examples import old_radam as old_radam_module
 from leakdoctor.examples.old_radam import old_radam
 from leakdoctor.integrations import MetricSpec

@@ -49,7 +49,7 @@ def equinox_retraced(steps: int, memory_limit: str) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from leakdoctor.callbacks.flax import LeakDoctor
+    from leakdoctor.callbacks.jax import LeakDoctor
 
     model = eqx.nn.Linear(16, 1, key=jax.random.PRNGKey(0))
     x = jax.random.normal(jax.random.PRNGKey(1), (64, 16))
@@ -72,7 +72,7 @@ def nnx_retraced(steps: int, memory_limit: str) -> dict:
     import optax
     from flax import nnx
 
-    from leakdoctor.callbacks.flax import LeakDoctor
+    from leakdoctor.callbacks.jax import LeakDoctor
 
     class Model(nnx.Module):
         def __init__(self) -> None:

@@ -351,7 +351,7 @@ def test_oom_snapshot_on_cpu_records_nothing_and_says_so(tmp_path):
 
 
 def test_every_loop_doctor_takes_the_on_limit_options_and_starts_not_stopped():
-    from leakdoctor.callbacks.flax import LeakDoctor as FlaxDoctor
+    from leakdoctor.callbacks.jax import LeakDoctor as FlaxDoctor
     from leakdoctor.callbacks.mlx import LeakDoctor as MlxDoctor
     from leakdoctor.callbacks.torch import LeakDoctor as TorchDoctor
 

@@ -401,7 +401,7 @@ def patch_train_state(session: Session, module: ModuleType) -> None:
 
 
 def _jax_doctor(**options: Any) -> Any:
-    from leakdoctor.callbacks.flax import LeakDoctor
+    from leakdoctor.callbacks.jax import LeakDoctor
 
     return LeakDoctor(**with_others("jax", options))
 

@@ -89,7 +89,7 @@ def make_doctor(first: FirstStep, **options: Any) -> Any:
 
         return MlxDoctor(**options)
     if kind == "jax":
-        from leakdoctor.callbacks.flax import LeakDoctor as JaxDoctor
+        from leakdoctor.callbacks.jax import LeakDoctor as JaxDoctor
 
         return JaxDoctor(**options)
     from leakdoctor.doctor import LeakDoctor

@@ -117,7 +117,7 @@ def _doctor(**options: Any) -> Any:
     if "mlx.core" in sys.modules:
         from leakdoctor.callbacks.mlx import LeakDoctor
     elif "jax" in sys.modules:
-        from leakdoctor.callbacks.flax import LeakDoctor
+        from leakdoctor.callbacks.jax import LeakDoctor
     elif "torch" in sys.modules:
         from leakdoctor.callbacks.torch import LeakDoctor
     else:

@@ -46,7 +46,7 @@ else:
     import jax.numpy as jnp
     import optax
 
-    from leakdoctor.callbacks.flax import LeakDoctor
+    from leakdoctor.callbacks.jax import LeakDoctor
 
     tx = optax.sgd(1e-2)
     x = jax.random.normal(jax.random.PRNGKey(0), (64, 16))
