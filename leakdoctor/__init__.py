@@ -26,11 +26,12 @@ The public modules, each with its public names in `__all__` (tests/test_public_a
     leakdoctor.reporting.loading       SummaryFileError, what reading a damaged summary file raises
     leakdoctor.remedies                the remedy names and `remedies=` levels
     leakdoctor.remedies.low_precision_init, leakdoctor.remedies.cond_to_where   remedies you may call yourself
+    leakdoctor.framework               the framework part (`Framework`) that `LeakDoctor(part=...)` takes
 
 Every other module is internal, and a name that starts with an underscore says so (the module's or its
 package's): the ground floor of base types (_base/), the stages built on it (_reading/, _judging/,
 _lifecycle/, reporting/_*.py, integrations/_*.py), the engine (_engine.py, _closing.py, _unattended.py,
-_framework.py, _options.py) and the runner (_runner/). Besides the modules above, doctor.py (the engine's
+_options.py) and the runner (_runner/). Besides the modules above, doctor.py (the engine's
 front), cli.py, demo.py, examples/, pytest_plugin.py, trackers/ and each remedy's module (named after the
 remedy, as `remedies=` names it) keep plain names because something finds them by that name.
 """

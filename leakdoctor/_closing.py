@@ -1,7 +1,7 @@
 """The end of a run: conclude what is pending, build the final summary, let the framework finish it, then
 publish, write, plot and print it (once; later calls return the same summary).
 
-The framework part (_framework.py) finishes a rank's summary (`complete`: the torch doctor gathers every
+The framework part (framework.py) finishes a rank's summary (`complete`: the torch doctor gathers every
 rank's into rank 0's) and says whether this doctor emits it (`emits`); it is told how the run ended
 (`Ending`). A SIGTERM that comes meanwhile takes effect once the summary is written
 (termination.finishing).
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from leakdoctor._engine import Engine
-from leakdoctor._framework import Ending
+from leakdoctor.framework import Ending
 from leakdoctor._judging import last_look
 from leakdoctor._base import logs
 from leakdoctor._base.guard import Guard

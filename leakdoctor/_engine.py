@@ -1,6 +1,6 @@
 """The doctor's state and the work of a step that does something; the public LeakDoctor (doctor.py) holds one.
 
-An Engine is built from the settings and a framework part (_framework.py), and wires the parts together
+An Engine is built from the settings and a framework part (framework.py), and wires the parts together
 (_reading/, _judging/, _lifecycle/, reporting/). It never holds the LeakDoctor that owns it: what is
 registered to finish a run nobody finished (_unattended.py: interpreter exit, SIGTERM, the doctor's
 collection) holds the engine, so a dropped doctor is still collected, and its engine finishes then.
@@ -29,7 +29,7 @@ from leakdoctor._base.messages import unique
 from leakdoctor._base.integration import Integration
 from leakdoctor._base.metric import MetricSpec
 from leakdoctor._base.version import __version__
-from leakdoctor._framework import Framework
+from leakdoctor.framework import Framework
 from leakdoctor.integrations import _limits as limits, _process as process, _python as python
 from leakdoctor._judging.clinic import Clinic, Practice
 from leakdoctor._judging.diagnosis import GENERIC_RULES

@@ -1,4 +1,4 @@
-"""The public LeakDoctor: the one engine (_engine.py), composed with a framework part (_framework.py).
+"""The public LeakDoctor: the one engine (_engine.py), composed with a framework part (framework.py).
 
 `LeakDoctor` checks the options, builds its engine from the settings and the framework part it is given
 (the plain Python part by default; the framework modules in `leakdoctor.callbacks` build theirs and hand
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
 from leakdoctor import _closing as closing
 from leakdoctor._engine import Engine
-from leakdoctor._framework import Framework
+from leakdoctor.framework import Framework
 from leakdoctor._base.findings import Finding
 from leakdoctor._base.integration import Integration
 from leakdoctor._base.metric import UNITS
@@ -55,7 +55,7 @@ class LeakDoctor:
     Args:
         integrations: extra probes, forensics, rules and remedies (`leakdoctor.integrations.Integration`),
             after the framework part's. Rarely needed.
-        part: the framework part (`leakdoctor._framework.Framework`): its integration, how its ranks
+        part: the framework part (`leakdoctor.framework.Framework`): its integration, how its ranks
             agree on a stop, how it finishes a rank's summary, where its metrics go. The framework doctors
             build theirs; None: the plain Python part.
         **options: the options shared by every doctor and callback, listed below and in the README's

@@ -2,7 +2,7 @@
 
 The structure is read from the source with `ast`: no class in leakdoctor/callbacks/ overrides a private
 method of the engine or reads its private state, and no module of the doctor (doctor.py, _engine.py,
-_closing.py, _unattended.py, _framework.py) or of callbacks/ reaches into another object's private attributes
+_closing.py, _unattended.py, framework.py) or of callbacks/ reaches into another object's private attributes
 (`x._name` with `x` not `self`/`cls`) or swaps an object's `__dict__` (the stand-in doctor). Then the
 protocol itself, on the plain doctor: a part's completion, emission, words, and an engine that finishes a
 doctor nobody holds any more.
@@ -17,11 +17,11 @@ import json
 from pathlib import Path
 
 from leakdoctor import LeakDoctor
-from leakdoctor._framework import Ending, Framework
+from leakdoctor.framework import Ending, Framework
 
 PACKAGE = Path(__file__).resolve().parent.parent / "leakdoctor"
 #: The modules of the doctor itself, besides callbacks/.
-DOCTOR_MODULES = ("doctor.py", "_engine.py", "_closing.py", "_unattended.py", "_framework.py")
+DOCTOR_MODULES = ("doctor.py", "_engine.py", "_closing.py", "_unattended.py", "framework.py")
 #: Private names that may be read on an object that is not self: none.
 EXCEPTIONS: dict[str, str] = {}
 

@@ -16,7 +16,7 @@ top floor, beside the entry points):
     6  reporting     the summary built from what the reading and the judging hold
     7  _lifecycle    the run itself: stopping at the limit, heartbeat, SIGTERM, out of memory
     8  engine        doctor.py (the LeakDoctor engine, with _engine.py, _closing.py, _unattended.py and
-                     _framework.py) and _options.py (which names an entry point takes)
+                     framework.py) and _options.py (which names an entry point takes)
     9  callbacks     the framework entry points
     10 _runner       `leakdoctor run`
     11 entry points  cli.py, pytest_plugin.py, demo.py, examples/, __main__.py and the package root
@@ -43,7 +43,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("_judging",),
     ("reporting",),
     ("_lifecycle", "trackers"),
-    ("_framework", "_engine", "_closing", "_unattended", "doctor", "_options"),
+    ("framework", "_engine", "_closing", "_unattended", "doctor", "_options"),
     ("callbacks",),
     ("_runner",),
     ("cli", "pytest_plugin", "demo", "examples", "__main__", ""),

@@ -23,7 +23,7 @@ PUBLIC = ("leakdoctor", "leakdoctor.callbacks.torch", "leakdoctor.callbacks.jax"
           "leakdoctor.callbacks.mlx", "leakdoctor.callbacks.keras", "leakdoctor.callbacks.lightning",
           "leakdoctor.callbacks.ray", "leakdoctor.settings", "leakdoctor.integrations",
           "leakdoctor.reporting.summary", "leakdoctor.reporting.loading", "leakdoctor.remedies",
-          "leakdoctor.remedies.low_precision_init", "leakdoctor.remedies.cond_to_where")
+          "leakdoctor.remedies.low_precision_init", "leakdoctor.remedies.cond_to_where", "leakdoctor.framework")
 #: Importing these loads a framework that takes tens of seconds (Lightning) or needs a backend chosen for
 #: the whole process (Keras): their names are checked in the source only.
 HEAVY = ("leakdoctor.callbacks.keras", "leakdoctor.callbacks.lightning")

@@ -16,7 +16,7 @@ nothing is installed, and it stays ignored.
 A framework that owns SIGTERM itself is left to it: Lightning's SignalConnector turns SIGTERM into a
 SIGTERMException at the next step (and on SLURM requeues the job), which reaches the callback's
 on_exception. A doctor whose engine says `framework_handles_sigterm` (its framework part's `sigterm` is
-"framework", leakdoctor/_framework.py) installs nothing, is not
+"framework", leakdoctor/framework.py) installs nothing, is not
 finished here, and while it lives the handler does not end the process itself.
 """
 

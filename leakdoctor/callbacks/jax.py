@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from leakdoctor import doctor
-from leakdoctor._framework import Framework
+from leakdoctor.framework import Framework
 from leakdoctor.integrations import _jax as jax_integration
 from leakdoctor.integrations._jax import OptimizerCall
 from leakdoctor._lifecycle import stopping

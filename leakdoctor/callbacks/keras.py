@@ -75,7 +75,7 @@ from leakdoctor._base.findings import Finding, SeriesSummary
 from leakdoctor._base.guard import Guard
 from leakdoctor._base.messages import Record, msg
 from leakdoctor._base.trend import theil_sen
-from leakdoctor._framework import Ending, Framework
+from leakdoctor.framework import Ending, Framework
 from leakdoctor.integrations import _keras as keras_integration
 from leakdoctor._judging.stopped import thinned
 from leakdoctor._lifecycle import stopping

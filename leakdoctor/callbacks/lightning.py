@@ -45,7 +45,7 @@ from leakdoctor._base.guard import Guard
 from leakdoctor._base.messages import codes, msg, unique
 from leakdoctor.callbacks.torch import LeakDoctor
 from leakdoctor.doctor import STATE_SCHEMA
-from leakdoctor._framework import PLAIN, Framework
+from leakdoctor.framework import PLAIN, Framework
 from leakdoctor._lifecycle.stopping import Agree
 from leakdoctor.reporting.summary import Summary
 from leakdoctor.settings import DoctorOptions, documented

@@ -23,7 +23,7 @@ import reprlib
 from typing import TYPE_CHECKING, Any
 
 from leakdoctor import doctor
-from leakdoctor._framework import Framework
+from leakdoctor.framework import Framework
 from leakdoctor.integrations import _mlx as mlx_integration
 from leakdoctor.settings import DoctorOptions, documented, parse_bytes
 

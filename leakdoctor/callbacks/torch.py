@@ -34,7 +34,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from leakdoctor import doctor
-from leakdoctor._framework import PLAIN, Ending, Framework
+from leakdoctor.framework import PLAIN, Ending, Framework
 from leakdoctor._base.integration import Integration
 from leakdoctor._base.messages import msg
 from leakdoctor.integrations import _torch as torch_integration
@@ -62,7 +62,7 @@ class LeakDoctor(doctor.LeakDoctor):
         optimizer: its `torch.optim.Optimizer`, or None.
         watch_model: count the model's list/dict attributes every step, so that one that keeps growing
             (outputs appended to `self.outputs`) is named.
-        part: the framework part of a wrapper (Lightning's, `leakdoctor._framework.Framework`), which the
+        part: the framework part of a wrapper (Lightning's, `leakdoctor.framework.Framework`), which the
             PyTorch part completes; None: the plain one.
         **options: the shared options, below (README "Options"). `rank` defaults to torch.distributed's.
 

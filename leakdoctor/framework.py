@@ -7,7 +7,7 @@
 engine asks the part at fixed points and never the other way round; a part holds no doctor, so that a
 doctor nobody holds any more is still collected (and finishes then, from its own state).
 
-    from leakdoctor._framework import Framework
+    from leakdoctor.framework import Framework
     doctor = LeakDoctor(part=Framework(name="mine", integrations=[my_integration]))
 
 Every field has a default that does what the plain Python doctor does, so a part names only what its
