@@ -222,7 +222,7 @@ RECORDS: dict[str, tuple[tuple[str, ...], Callable[[dict, str, dict], bool]]] = 
                    _params()),
     "collector_on": (("collector_on",), _params()),
     "nothing_allocated": (("refilled",), _params()),
-    "too_slow_unproven": (("unproven_and_slow",), _params()),
+    "slow_unproven_note": (("unproven_and_slow",), _params()),
     "registered_evaluated": (("remedy_force_eval",), lambda p, c, parts: f"doctor.step({parts['name']}=...)" in p["parts"]),
     "cache_limit_set": (("remedy_cap_cache",), lambda p, c, parts: f"{p['cap'] / 2**20:.1f} MiB" == parts["size"]),
     "clears": (("remedy_clear_cache",), lambda p, c, parts: parts["name"] in p["clears"]),

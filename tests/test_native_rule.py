@@ -199,4 +199,4 @@ def test_growth_that_nothing_proves_whose_rate_may_be_too_slow_to_matter_is_a_no
     ev = evidence(after=(439.30, 439.69, 440.05), heap=(167.327, 167.70, 168.08))
     ev.suspects[RSS] = ev.trends[RSS] = Trend("growing", slope=23 * 1024, slope_low=200, slope_high=46 * 1024)
     assert ev.survives(RSS) and fallback(ev, []) == []
-    assert says(ev.notes[RSS], "too_slow_unproven"), ev.notes
+    assert says(ev.notes[RSS], "slow_unproven_note"), ev.notes

@@ -335,9 +335,9 @@ MESSAGES: dict[str, str] = {
     "remedy_remove_hooks": "removed {removed} repeated hook(s) from {tables} hook table(s), then repeats after each step",
     "undone": "; undone",
     # ---- why a finding was withdrawn (reporting/report.py, callbacks/keras.py)
-    "too_slow_unproven": "{metric} grew {rate:unit}/step over the run: too little to matter over {horizon} steps, "
+    "slow_over_run": "{metric} grew {rate:unit}/step over the run: too little to matter over {horizon} steps, "
                          "and nothing proves a leak",
-    "flat_unproven": "{metric} did not grow over the run since it was found (its whole-run fit is flat or falling), "
+    "flat_since_found": "{metric} did not grow over the run since it was found (its whole-run fit is flat or falling), "
                      "and nothing proves a leak",
     "stopped_after_remedy": "{metric} grew from step {first_step} ({cause}) and stopped after {remedy}, applied at step "
                             "{applied_step} for {other}",

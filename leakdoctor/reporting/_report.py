@@ -160,8 +160,8 @@ def _state(copy: Finding, finding: Finding, findings: list[Finding], monitor: Mo
     if copy.remedy and copy.remedy.effective:
         return "remedied", None
     if not material:  # too slow for resident memory to show whether it stopped: the proof decides
-        why = msg("too_slow_unproven", metric=finding.metric, rate=copy.rate_per_step, unit=finding.unit,
-                  horizon=settings.horizon) if grew else msg("flat_unproven", metric=finding.metric)
+        why = msg("slow_over_run", metric=finding.metric, rate=copy.rate_per_step, unit=finding.unit,
+                  horizon=settings.horizon) if grew else msg("flat_since_found", metric=finding.metric)
         return ("minor", None) if proven(copy) else ("withdrawn", why)
     # Resident memory reuses the heap it freed, so it can level off while a proven cause goes on (a list
     # of outputs that keep their graphs): only an exact counter (live arrays, a count) shows such a stop.
