@@ -107,6 +107,29 @@ def test_the_budget_lets_a_metric_through_again_once_it_grows_past_what_its_inve
     assert investigations(leak_until=600) >= 2
 
 
+def test_the_budget_lets_through_again_a_steady_growth_that_its_investigation_missed_below_its_peak():
+    """a holds a 60 MiB cache that its investigation's cleanup takes back; 10 MiB of it refill within a
+    window, and a leak of 64 KiB a step goes on in steps (1.5 MiB every 24), which would pass the old peak
+    only after 800 steps: with investigations over their budget, a is looked at again once its minima
+    since the look grow steadily, though a flat stretch between two steps ends each run of suspicions (a
+    Keras fit's weights kept after every batch went unnamed in 1 run of 8 when the cooling after each
+    dismissed triage broke such runs). A refill alone gets no second look."""
+    def investigations(leak: bool) -> int:
+        trimmed_at: list[int] = []
+
+        def readings(step: int) -> dict[str, float]:
+            cache = 60 * MIB if not trimmed_at else min(step - trimmed_at[0], 6) * 10 * MIB / 6
+            grown = step if leak or not trimmed_at else trimmed_at[0]  # without the leak, it stops at the look
+            return {"a": 100 * MIB + cache + grown // 24 * 3 * MIB / 2}  # in steps: 1.5 MiB every 24
+
+        clinic, now = clinic_reading(readings, [Cleanup("trim", lambda: trimmed_at[:1] or trimmed_at.append(now[0]))])
+        clinic.forensic_budget = 0.0  # every investigation is over the budget
+        return feed(clinic, now, readings, steps=400).investigations
+
+    assert investigations(leak=False) == 1
+    assert investigations(leak=True) >= 2
+
+
 def test_the_budget_lets_a_new_metric_through_after_a_growth_that_stopped():
     """a grew through the first windows and stopped (its finding is no leak any more): b's first
     suspicion is investigated at once, as it would have been had a not come first."""

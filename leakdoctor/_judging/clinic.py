@@ -23,7 +23,7 @@ from leakdoctor._base.findings import Finding, RemedyOutcome
 from leakdoctor._base.guard import Guard
 from leakdoctor._base.integration import Cleanup, Forensic
 from leakdoctor._base.metric import MetricSpec
-from leakdoctor._base.trend import SCALES, Trend, is_material, steps_to_limit
+from leakdoctor._base.trend import SCALES, Trend, assess, is_material, steps_to_limit
 from leakdoctor._base.units import format_value
 from leakdoctor._judging.diagnosis import diagnose, unexplained_notes
 from leakdoctor._judging.investigate import Investigation
@@ -90,9 +90,10 @@ class Clinic:
         self._timing = False
         self.deferred = 0  # suspicions left for later because investigations had used their budget
         self.deferred_at: list[dict[str, Any]] = []  # the first 20 of them: {step, metrics, why, seconds}
-        # metric: its peak at its last investigation (inf while one is open), see _over_budget
+        # metric: its peak at its last investigation (inf while one is open), and the step that one ended,
+        # see _due_again
         self._investigated: dict[str, float] = {}
-        self._suspect_since: dict[str, int] = {}  # metric: the step since which every window close found it suspect
+        self._looked_at: dict[str, int] = {}
         self._tried: dict[tuple[str, str, str | None], set[str]] = {}
         self._step = 0
         self._context: Mapping[str, Any] = {}
@@ -142,9 +143,6 @@ class Clinic:
             self._timed(self._triage_step, step, completed, run_seconds)
         elif self.investigation is None and completed:
             suspects = {m: t for m, levels in completed.items() if (t := self.suspicion.of(m, levels))}
-            before = self._suspect_since
-            self._suspect_since = {m: since for m, since in before.items() if m not in completed}
-            self._suspect_since.update({m: before.get(m, step) for m in suspects})
             if not suspects:
                 return
             counters = corroborators(suspects, self._spec)
@@ -286,15 +284,20 @@ class Clinic:
         """Is a suspect due a look although investigations have used their share? Yes if it was never
         investigated, or its last window minimum has passed its peak at its last investigation: a growth
         that was no leak (resident memory warming up, an allocator's cache that malloc_trim took back)
-        refills to that peak at most. Yes too if it has been suspect at every window close for
-        SCALES[2] windows: a refill fills what a step needs within a few steps, and a steady growth that
-        the last look missed (a Keras fit's warm-up that malloc_trim took back hid a leak's 136 KiB a
-        batch; regrowing past the peak took 470 batches) goes on. (After SCALES[1] windows, a clean
-        Keras fit's slow creep (its evaluations at each epoch's end) got two or three looks in 300 batches,
-        and one of them a native_memory false alarm in 1 run of 8.)"""
-        since = self._suspect_since.get(metric, self._step)
-        return self.monitor.series[metric].levels[0][-1][1] > self._investigated.get(metric, -math.inf) or \
-            self._step - since >= self.settings.window * SCALES[2]
+        refills to that peak at most. Yes too if its last SCALES[2] window minima, all after that look,
+        grow at a rate that matters: a refill fills what a step needs within a few steps, and a steady
+        growth that the last look missed goes on (a Keras fit's warm-up that malloc_trim took back hid a
+        leak's 136 KiB a batch; regrowing past the peak took 470 batches, past a 640-batch run once in 8)."""
+        series = self.monitor.series[metric]
+        if series.levels[0][-1][1] > self._investigated.get(metric, -math.inf):
+            return True
+        steps, minima = series.minima(0, self._looked_at.get(metric, 0))
+        count = SCALES[2]
+        if len(minima) < count:
+            return False
+        trend = assess(steps[-count:], minima[-count:], self.settings.alpha, scales=(count,), fit_flat=False)
+        return trend.growing and is_material(series.spec.unit, trend.slope, series.end or 0.0,
+                                             self.settings.horizon, series.spec.limit)
 
     def _leaking(self) -> bool:
         """Does a leak found so far still grow? A benign finding is none, nor one whose growth stopped
@@ -333,6 +336,7 @@ class Clinic:
         evidence = investigation.finish(self._step, self.monitor.trends(), specs, self.settings.remedies,
                                          self.settings.horizon)
         self._investigated.update({m: float(self.monitor.series[m].peak) for m in investigation.suspects})
+        self._looked_at.update(dict.fromkeys(investigation.suspects, self._step))
         self.sites = allocation_sites(evidence.reports, self.sites, self._step)
         findings = diagnose(evidence, self.practice.rules, self.guard)
         self.notes += unexplained_notes(evidence, findings)
