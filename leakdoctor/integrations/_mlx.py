@@ -407,7 +407,10 @@ class TraceSentinel:
     (the trace then runs at full speed), or is removed at the next sample. In a compiled loop few Python
     calls happen between steps, so the hook costs next to nothing; where many do, it is set on fewer
     samples (each event of the loop's code, from the return of doctor.step on, at the cost measured once
-    for an event, within BUDGET of the time between samples), and it removes itself after MAX_EVENTS. During an investigation (`full`) it stays set and counts every
+    for an event, within BUDGET of the time between samples), and it removes itself after MAX_EVENTS. After
+    an interval with a trace it watches the next one whatever the pacing: a loop that retraces every step
+    pays a compile a step, and its count must not depend on how busy the machine is (paced on a loaded
+    one, a trace a step read as 0.44). During an investigation (`full`) it stays set and counts every
     trace with its arguments' shapes. It never replaces a profiler the program set itself."""
 
     name = "mlx_traces"
@@ -425,6 +428,7 @@ class TraceSentinel:
         self._counts: dict[Any, int] = {}
         self._pacer = Pacer(budget, maximum=64)
         self._countdown = 0
+        self._counted = 0  # the count at the last sample
         self._last = time.perf_counter()
         self._spec = MetricSpec(TRACES, "count", source="mlx")
 
@@ -433,6 +437,8 @@ class TraceSentinel:
         hooked = self._unhook()
         if hooked and self.full is None:
             self._countdown = self._pacer.update(self._events * self._event_cost, now - self._last)
+        if self.count > self._counted:  # a trace since the last sample: watch the next interval too
+            self._countdown, self._counted = 0, self.count
         self._last = now
         if self._reads % self.refresh == 0:
             frame = caller_frame()
