@@ -72,9 +72,11 @@ def _conclude(engine: Engine) -> None:
     engine.sampler.account_user_time(engine.steps, time.perf_counter())
     engine.idle = False
     engine.sampler.stop_thread()
+    start = time.perf_counter()
     engine.guard.call("finish", engine.clinic.conclude_pending, engine.steps)
     engine.guard.call("last look", last_look.conclude, engine.clinic, engine.monitor, engine.settings,
                       engine.last_looks, engine.steps)
+    engine.clinic.forensic_seconds += time.perf_counter() - start  # the doctor's time: in its overhead line
     engine.probes.close()
 
 

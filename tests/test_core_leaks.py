@@ -222,16 +222,42 @@ def test_remedies_off_leaves_the_losses_identical():
         model = MLP()
         return [model.step(x, y)[0] for _ in range(200)]
 
-    with_doctor = train("list", steps=200)  # a leaking loop, so investigations really run
+    # a leaking loop, so investigations really run; in a process of its own, whose heap holds no freed
+    # memory of an earlier test's for the leak to reuse unseen (resident memory would not grow)
+    with_doctor = isolated(train, "list", steps=200)
     assert with_doctor["summary"]["overhead"]["investigations"] >= 1
     assert with_doctor["losses"] == plain()
+
+
+def train_with_the_collector_frozen(frozen_by_program: bool) -> dict:
+    """train("list") after the program froze its objects itself (or not); the freeze count after the run."""
+    gc.collect()
+    if frozen_by_program:
+        gc.freeze()
+    before = gc.get_freeze_count()
+    result = train("list", steps=200)
+    return {**result, "frozen_before": before, "frozen_after": gc.get_freeze_count()}
+
+
+@pytest.mark.parametrize("frozen_by_program", [False, True])
+def test_an_investigation_leaves_the_collector_as_it_found_it(frozen_by_program):
+    """An investigation freezes the collector's objects for its window (so that its middle ladder collects
+    only what the window made) and thaws them before its last; a program's own frozen objects stay frozen."""
+    result = isolated(train_with_the_collector_frozen, frozen_by_program)
+    summary = result["summary"]
+    assert summary["overhead"]["investigations"] >= 1
+    assert [f["cause"] for f in summary["findings"] if counts(f)] == ["python_objects"]
+    if frozen_by_program:
+        assert 0 < result["frozen_after"] <= result["frozen_before"]  # still frozen, none added (some died)
+    else:
+        assert result["frozen_after"] == result["frozen_before"] == 0
 
 
 def test_the_overhead_total_counts_the_investigations_against_the_run_time():
     """The honest cost (issue #23): step()'s own time, the sampler thread's CPU time and the
     investigations', over the run's time (the training thread's: the user's steps, the remedies and the
     doctor's time on it)."""
-    overhead = train("list", steps=200)["summary"]["overhead"]
+    overhead = isolated(train, "list", steps=200)["summary"]["overhead"]  # a fresh heap: see above
     assert overhead["investigations"] >= 1 and overhead["forensic_seconds"] > 0
     assert overhead["thread_cpu_seconds"] > 0  # the thread watches the memory limit in every mode but inline
     doctor = overhead["probe_seconds"] + overhead["forensic_seconds"]

@@ -1,13 +1,22 @@
 """One investigation: a bounded forensic window around suspected growth.
 
-begin: run the cleanup ladder (recording every metric after each rung), then start the forensics.
-Halfway, run the ladder again. After `length` steps, end: stop the forensics (in reverse order), run
-the ladder a last time, and hand the readings and reports to diagnosis as Evidence. Growth that survives the ladder is real; growth that one
-rung took back names the remedy that repeats that rung.
+begin: run the cleanup ladder (recording every metric after each rung), start the forensics, and freeze what
+the collector tracks (gc.freeze). Halfway, run the ladder again. After `length` steps, end: stop the tracer
+and the forensics that read it, thaw, run the ladder a last time, and stop the heap walks; then hand the
+readings and reports to diagnosis as Evidence. Growth that survives the ladder is real; growth that one rung
+took back names the remedy that repeats that rung.
+
+Cost: two full collections, the first and last ladders'. Frozen, the objects alive at the window's start
+are left out of the middle ladder's collection, which collects only what the first half made (the old
+objects that died in cycles meanwhile are freed at the end: their memory counts in the first half's growth,
+and comes off the second's, so a churn of such objects never passes for growth in both halves). The heap
+walks run outside tracemalloc, which would charge each of their allocations, and end on the heap as the last
+ladder left it, as they began on the first's.
 """
 
 from __future__ import annotations
 
+import gc
 import math
 from typing import Callable, Mapping, Sequence
 
@@ -38,21 +47,33 @@ def _finite(readings: Mapping[str, float]) -> dict[str, float]:
     return {metric: value for metric, value in readings.items() if math.isfinite(value)}
 
 
+#: Where a forensic begins and ends around the tracer (Forensic.tracing), in the order they begin.
+TRACE_ORDER = ("outside", "tracer", "inside")
+
+
+def _tracing(forensic: Forensic) -> str:
+    return getattr(forensic, "tracing", "outside")
+
+
 class Investigation:
     def __init__(self, suspects: Mapping[str, Trend], start_step: int, length: int, forensics: Sequence[Forensic],
                  cleanups: Sequence[Cleanup], read: Callable[[], Mapping[str, float]], guard: Guard) -> None:
         self.suspects = dict(suspects)
         self.start_step = start_step
         self.length = length
-        self._forensics = list(forensics)
+        self._forensics = sorted(forensics, key=lambda f: TRACE_ORDER.index(_tracing(f)))
         self._cleanups = list(cleanups)
         self._read = read
         self._guard = guard
         self._begin = run_ladder(self._cleanups, self._read, self._guard, start_step)
         self._middle: Ladder | None = None
         with heap.one_walk():  # the censuses share one walk of the heap
-            for forensic in self._forensics:
-                guard.call(f"forensic {forensic.name}", forensic.begin)
+            self._start(traced=False)
+        self._start(traced=True)
+        # a program that froze objects of its own keeps them frozen: its middle ladder collects all
+        self._frozen = gc.get_freeze_count() == 0
+        if self._frozen:
+            gc.freeze()
 
     def join(self, suspects: Mapping[str, Trend]) -> None:
         """Suspects raised while the window is open: the ladders have read them from its start, so the
@@ -74,19 +95,37 @@ class Investigation:
 
     def finish(self, step: int, trends: Mapping[str, Trend], specs: Mapping[str, MetricSpec],
                remedies: tuple[str, ...], horizon: int) -> Evidence:
-        reports = self._stop(step)
+        reports = self._stop(step, traced=True)
+        self._thaw()
         end = run_ladder(self._cleanups, self._read, self._guard, step)
+        reports.update(self._stop(step, traced=False))
         return Evidence(self.start_step, step, self.suspects, dict(trends), dict(specs), self._begin, end, reports,
                         remedies, middle=self._middle, horizon=horizon)
 
     def abort(self, step: int) -> None:
         """Stop the forensics without a diagnosis (the run ended mid-window)."""
-        self._stop(step)
+        self._stop(step, traced=True)
+        self._thaw()
+        self._stop(step, traced=False)
 
-    def _stop(self, step: int) -> dict[str, object]:
+    def _start(self, traced: bool) -> None:
+        """Begin the tracer and the forensics within it (`traced`), or those outside it, in order."""
+        for forensic in self._forensics:
+            if (_tracing(forensic) != "outside") == traced:
+                self._guard.call(f"forensic {forensic.name}", forensic.begin)
+
+    def _thaw(self) -> None:
+        if self._frozen:
+            self._frozen = False
+            gc.unfreeze()
+
+    def _stop(self, step: int, traced: bool) -> dict[str, object]:
+        """End the tracer and the forensics within it (`traced`), or those outside it, in reverse order."""
         reports = {}
         with heap.one_walk():
             for forensic in reversed(self._forensics):
+                if (_tracing(forensic) != "outside") != traced:
+                    continue
                 report = self._guard.call(f"forensic {forensic.name}", forensic.end, step - self.start_step)
                 if report is not None:
                     reports[forensic.name] = report

@@ -48,9 +48,10 @@ def render_text(summary: Any) -> str:
 
 
 def overhead_line(overhead: dict[str, float]) -> str | None:
-    """'overhead: 2.10% of the run's time (step() 0.40%, 1 investigation(s) 1.70%; a sample every 4
-    step(s): ...)': the total first, then its parts. Summaries written before the total was kept give
-    the share of step time alone."""
+    """'overhead: 2.10% of the run's time (step() 0.40%, 1 investigation(s) and the last look 1.70%; a
+    sample every 4 step(s): ...)': the total first, then its parts (the last look at finish() and an
+    investigation concluded there count with the investigations). Summaries written before the total was
+    kept give the share of step time alone."""
     stride, latency = overhead.get("sample_stride"), overhead.get("latency_steps")
     paced = f"a sample every {stride} step(s): a fast leak is found within ~{latency} steps" if latency else ""
     run, total = overhead.get("run_seconds"), overhead.get("total_seconds")
@@ -58,7 +59,8 @@ def overhead_line(overhead: dict[str, float]) -> str | None:
         thread = overhead.get("thread_cpu_seconds")
         parts = (f"step() {overhead.get('probe_seconds', 0.0) / run:.2%}, "
                  + (f"sampler thread {thread / run:.2%}, " if thread else "")
-                 + f"{overhead.get('investigations', 0):g} investigation(s) {overhead.get('forensic_seconds', 0.0) / run:.2%}")
+                 + f"{overhead.get('investigations', 0):g} investigation(s) and the last look "
+                   f"{overhead.get('forensic_seconds', 0.0) / run:.2%}")
         return f"overhead: {total / run:.2%} of the run's time ({parts}{'; ' + paced if paced else ''})"
     share = overhead.get("fraction_of_step_time")
     if share is None:
