@@ -6,6 +6,7 @@ CUDA allocator rule on hand-built evidence (no GPU here), and the merge of ranks
 
 from __future__ import annotations
 
+import gc
 import inspect
 import json
 import weakref
@@ -275,6 +276,38 @@ def test_a_running_total_chaining_graphs_is_proven_in_a_window_where_malloc_trim
     assert found.where == ("epoch_loss in test_a_running_total_chaining_graphs_is_proven_in_a_window_where_"
                               f"malloc_trim_took_memory_back() (tests/test_torch.py:{chained})")
     assert proven(found) and found.rate_per_step == 0  # what the ladders saw it keep: the trim took it all
+
+
+def test_the_running_total_that_grew_is_named_not_an_older_total_holding_last_epochs_chain():
+    """torch_total_loss (textbook benchmark, 1 run in 5 named `total_loss in main()`): main() adds each
+    epoch's total to its own, so in the second epoch two tensors hold chains longer than the window's growth:
+    last epoch's (the older total, left alone) and this epoch's (chained every step). The census names the
+    one that grew, whichever the heap walk meets first (the older total is made last here, so it is met
+    first: the youngest generation is walked first)."""
+    model, optimizer, batches = setup(width=32)
+    census = TensorCensus(torch.Tensor, lambda: [model])
+    epoch_loss = torch.zeros(())
+    for x, y in batches * 3:  # the first epoch: a chain three times the window's
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        epoch_loss += loss
+    first_epoch, epoch_loss = epoch_loss, torch.zeros(())
+    gc.collect()  # this epoch's total into the oldest generation
+    total_loss = 0.0 + first_epoch  # main()'s total: a new tensor, in the youngest
+    del first_epoch
+    census.begin()
+    for x, y in batches:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        epoch_loss += loss  # chained
+    del loss
+    report = census.end(len(batches))
+    assert [holder.path for holder in report.holders] == ["epoch_loss"], report.holders
+    assert total_loss.grad_fn is not None  # held through the window
 
 
 # --- a module-level dict keeping every step's input batch (CPU tensors, no graph) --------------------

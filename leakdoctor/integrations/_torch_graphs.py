@@ -98,6 +98,21 @@ def graph_nodes(tensors: Sequence[Any], limit: int = GRAPH_LIMIT) -> int:
     return len(seen)
 
 
+def _growing_chain(grad: Sequence[Any], growth: int) -> Any:
+    """The tensor whose graph took the window's growth: of those whose graph holds as many nodes, the one
+    whose root autograd made last. A running total gets a new root every step; an older total that holds
+    last epoch's chain (main()'s sum of the epochs') ties with it on size, and its root is older."""
+    return max(grad, key=lambda t: (graph_nodes([t], limit=growth + 1), _made_at(t.grad_fn)))
+
+
+def _made_at(node: Any) -> int:
+    """When autograd made the node (its sequence number, which rises as nodes are made); -1 unknown."""
+    try:
+        return int(node._sequence_nr())
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        return -1
+
+
 class TensorCensus:
     """Live tensors by (shape, dtype, device, holds a graph) and autograd nodes, at the start and end of an
     investigation. Groups that gained at least half a tensor per step are kept across steps; if those hold
@@ -132,8 +147,7 @@ class TensorCensus:
         frame = sys._getframe(1)
         holders = find_holders(kept, self._roots(), frame) if kept else []
         if not holders and growth >= steps and grad:  # a running total chains each step's graph to the last
-            biggest = max(grad, key=lambda t: graph_nodes([t], limit=growth + 1))
-            holders = find_holders([biggest], self._roots(), frame)
+            holders = find_holders([_growing_chain(grad, growth)], self._roots(), frame)
         stored = [t for group, t in keyed if not group[1] and group in gained and not self._is_old(t)][-SAMPLE:]
         data_holders = find_holders(stored, self._roots(), frame) if stored else []
         start, self._before, self._old = self._graph, Counter(), {}
