@@ -166,6 +166,7 @@ class Engine:
                 self._sample(start, investigating, context)
         except Exception as err:  # noqa: BLE001 - a bug in leakdoctor must not end the user's run
             self.guard.disable("leakdoctor", f"{type(err).__name__}: {err}")
+            self.guard.call("abandon", clinic.abandon, self.steps)
         if sampled:  # on every sample, so that the watch knows how far apart samples are
             self.guard.call("limit watch", self.limit_watch.check, self.steps, clinic.findings, self.monitor,
                             self.summary_now)

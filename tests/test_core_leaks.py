@@ -16,7 +16,10 @@ from helpers import counts, isolated, kept, mentions, place, says
 
 from leakdoctor import LeakDoctor
 from leakdoctor.examples.numpy_cycles import MLP, StepRecord
+from leakdoctor._base.guard import Guard
+from leakdoctor._base.integration import Cleanup
 from leakdoctor._base.source import short_path
+from leakdoctor._judging.investigate import Investigation
 
 HERE = Path(__file__)
 
@@ -251,6 +254,22 @@ def test_an_investigation_leaves_the_collector_as_it_found_it(frozen_by_program)
         assert 0 < result["frozen_after"] <= result["frozen_before"]  # still frozen, none added (some died)
     else:
         assert result["frozen_after"] == result["frozen_before"] == 0
+
+
+def window_dropped_unfinished() -> tuple[int, int]:
+    """The freeze count while a window is open, and after it was dropped without finish() or abort()."""
+    gc.collect()
+    investigation = Investigation({}, 0, 10, [], [Cleanup("gc_collect", gc.collect)], dict, Guard())
+    frozen = gc.get_freeze_count()
+    del investigation
+    return frozen, gc.get_freeze_count()
+
+
+def test_a_window_dropped_unfinished_leaves_the_collector_thawed():
+    """Whatever ends a window (its end, the run's end, an engine that switched itself off, or a doctor
+    dropped mid-window), the collector is thawed with it."""
+    frozen, after = isolated(window_dropped_unfinished)
+    assert frozen > 0 and after == 0
 
 
 def test_the_overhead_total_counts_the_investigations_against_the_run_time():

@@ -232,6 +232,13 @@ class Clinic:
                 self.investigation = None
         self._verify(minimum=2)
 
+    def abandon(self, step: int) -> None:
+        """Close an open window unjudged (the engine switched itself off): its tracer and the collector's
+        freeze must not outlive it for the rest of the run."""
+        investigation, self.investigation, self.triage = self.investigation, None, None
+        if investigation is not None:
+            investigation.abort(step)
+
     def restore(self, findings: list[Finding], notes: list[Record]) -> None:
         """Go on from a resumed run's findings and notes."""
         self.findings, self.notes = findings, notes

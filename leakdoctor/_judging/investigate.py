@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import math
+import weakref
 from typing import Callable, Mapping, Sequence
 
 from leakdoctor._base.evidence import Evidence, Ladder
@@ -55,6 +56,16 @@ def _tracing(forensic: Forensic) -> str:
     return getattr(forensic, "tracing", "outside")
 
 
+def _freeze(owner: object) -> Callable[[], object]:
+    """Freeze what the collector tracks; returns the thaw, to call once, which also runs if `owner` is
+    dropped unfinished (or at exit). A program that froze objects of its own keeps them frozen: the window
+    then collects as it is."""
+    if gc.get_freeze_count():
+        return lambda: None
+    gc.freeze()
+    return weakref.finalize(owner, gc.unfreeze)
+
+
 class Investigation:
     def __init__(self, suspects: Mapping[str, Trend], start_step: int, length: int, forensics: Sequence[Forensic],
                  cleanups: Sequence[Cleanup], read: Callable[[], Mapping[str, float]], guard: Guard) -> None:
@@ -70,10 +81,7 @@ class Investigation:
         with heap.one_walk():  # the censuses share one walk of the heap
             self._start(traced=False)
         self._start(traced=True)
-        # a program that froze objects of its own keeps them frozen: its middle ladder collects all
-        self._frozen = gc.get_freeze_count() == 0
-        if self._frozen:
-            gc.freeze()
+        self._thaw = _freeze(self)
 
     def join(self, suspects: Mapping[str, Trend]) -> None:
         """Suspects raised while the window is open: the ladders have read them from its start, so the
@@ -113,11 +121,6 @@ class Investigation:
         for forensic in self._forensics:
             if (_tracing(forensic) != "outside") == traced:
                 self._guard.call(f"forensic {forensic.name}", forensic.begin)
-
-    def _thaw(self) -> None:
-        if self._frozen:
-            self._frozen = False
-            gc.unfreeze()
 
     def _stop(self, step: int, traced: bool) -> dict[str, object]:
         """End the tracer and the forensics within it (`traced`), or those outside it, in reverse order."""
