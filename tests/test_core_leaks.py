@@ -16,10 +16,7 @@ from helpers import counts, isolated, kept, mentions, place, says
 
 from leakdoctor import LeakDoctor
 from leakdoctor.examples.numpy_cycles import MLP, StepRecord
-from leakdoctor._base.guard import Guard
-from leakdoctor._base.integration import Cleanup
 from leakdoctor._base.source import short_path
-from leakdoctor._judging.investigate import Investigation
 
 HERE = Path(__file__)
 
@@ -230,46 +227,6 @@ def test_remedies_off_leaves_the_losses_identical():
     with_doctor = isolated(train, "list", steps=200)
     assert with_doctor["summary"]["overhead"]["investigations"] >= 1
     assert with_doctor["losses"] == plain()
-
-
-def train_with_the_collector_frozen(frozen_by_program: bool) -> dict:
-    """train("list") after the program froze its objects itself (or not); the freeze count after the run."""
-    gc.collect()
-    if frozen_by_program:
-        gc.freeze()
-    before = gc.get_freeze_count()
-    result = train("list", steps=200)
-    return {**result, "frozen_before": before, "frozen_after": gc.get_freeze_count()}
-
-
-@pytest.mark.parametrize("frozen_by_program", [False, True])
-def test_an_investigation_leaves_the_collector_as_it_found_it(frozen_by_program):
-    """An investigation freezes the collector's objects for its window (so that its middle ladder collects
-    only what the window made) and thaws them before its last; a program's own frozen objects stay frozen."""
-    result = isolated(train_with_the_collector_frozen, frozen_by_program)
-    summary = result["summary"]
-    assert summary["overhead"]["investigations"] >= 1
-    assert [f["cause"] for f in summary["findings"] if counts(f)] == ["python_objects"]
-    if frozen_by_program:
-        assert 0 < result["frozen_after"] <= result["frozen_before"]  # still frozen, none added (some died)
-    else:
-        assert result["frozen_after"] == result["frozen_before"] == 0
-
-
-def window_dropped_unfinished() -> tuple[int, int]:
-    """The freeze count while a window is open, and after it was dropped without finish() or abort()."""
-    gc.collect()
-    investigation = Investigation({}, 0, 10, [], [Cleanup("gc_collect", gc.collect)], dict, Guard())
-    frozen = gc.get_freeze_count()
-    del investigation
-    return frozen, gc.get_freeze_count()
-
-
-def test_a_window_dropped_unfinished_leaves_the_collector_thawed():
-    """Whatever ends a window (its end, the run's end, an engine that switched itself off, or a doctor
-    dropped mid-window), the collector is thawed with it."""
-    frozen, after = isolated(window_dropped_unfinished)
-    assert frozen > 0 and after == 0
 
 
 def test_the_overhead_total_counts_the_investigations_against_the_run_time():

@@ -233,8 +233,8 @@ class Clinic:
         self._verify(minimum=2)
 
     def abandon(self, step: int) -> None:
-        """Close an open window unjudged (the engine switched itself off): its tracer and the collector's
-        freeze must not outlive it for the rest of the run."""
+        """Close an open window unjudged (the engine switched itself off): its tracer must not trace the
+        rest of the run."""
         investigation, self.investigation, self.triage = self.investigation, None, None
         if investigation is not None:
             investigation.abort(step)
