@@ -27,10 +27,9 @@ class Forensic(Protocol):
     define `baseline()`, called after the first step of the window: a tracer started at `begin` sees
     the step's own temporaries only from then on, so a baseline taken then cancels them out.
 
-    `tracing` (optional, default "outside") says where its begin sits around tracemalloc, which charges
-    every allocation made while it traces: "outside" (a heap walk or a count: begins before the tracer
-    starts), "tracer" (the allocation diff itself), "inside" (reads the tracer's tracebacks at its end:
-    begins after it starts). The forensics end in the reverse of the order they were given in."""
+    A forensic with `tracer = True` (the allocation diff) begins after the others: tracemalloc would charge
+    each allocation of their begins (heap walks). The forensics end in the reverse of the order they were
+    given in."""
 
     name: str
 

@@ -5,11 +5,11 @@ run the ladder again. After `length` steps, end: stop the forensics (in reverse 
 last time, and hand the readings and reports to diagnosis as Evidence. Growth that survives the ladder is
 real; growth that one rung took back names the remedy that repeats that rung.
 
-The heap walks begin before tracemalloc starts, which would charge each of their allocations. They end in
-the reverse of the integrations' order, as they always did: the framework's walks (the tensor census)
-while it still traces, so the tracer stops well after the window's last step. Stopped right after a step,
-a torchrun rank crashed: Python 3.11's tracemalloc.stop() races with another thread's allocations, and a
-gloo thread still allocates for the step's all-reduce.
+The heap walks begin before tracemalloc starts (the tracer begins last), which would charge each of their
+allocations. They end in the reverse of the integrations' order, as they always did: the framework's walks
+(the tensor census) while it still traces, so the tracer stops well after the window's last step. Stopped
+right after a step, a torchrun rank crashed: Python 3.11's tracemalloc.stop() races with another thread's
+allocations, and a gloo thread still allocates for the step's all-reduce.
 """
 
 from __future__ import annotations
@@ -44,14 +44,6 @@ def _finite(readings: Mapping[str, float]) -> dict[str, float]:
     return {metric: value for metric, value in readings.items() if math.isfinite(value)}
 
 
-#: Where a forensic sits around the tracer (Forensic.tracing), in the order they begin.
-BEGIN_ORDER = ("outside", "tracer", "inside")
-
-
-def _tracing(forensic: Forensic) -> str:
-    return getattr(forensic, "tracing", "outside")
-
-
 class Investigation:
     def __init__(self, suspects: Mapping[str, Trend], start_step: int, length: int, forensics: Sequence[Forensic],
                  cleanups: Sequence[Cleanup], read: Callable[[], Mapping[str, float]], guard: Guard) -> None:
@@ -65,7 +57,7 @@ class Investigation:
         self._begin = run_ladder(self._cleanups, self._read, self._guard, start_step)
         self._middle: Ladder | None = None
         with heap.one_walk():  # the censuses share one walk of the heap
-            for forensic in sorted(self._forensics, key=lambda f: BEGIN_ORDER.index(_tracing(f))):
+            for forensic in sorted(self._forensics, key=lambda f: getattr(f, "tracer", False)):  # the tracer last
                 guard.call(f"forensic {forensic.name}", forensic.begin)
 
     def join(self, suspects: Mapping[str, Trend]) -> None:

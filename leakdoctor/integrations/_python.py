@@ -204,7 +204,7 @@ class AllocationDiff:
     have been allocated under tracing, so that only what accumulates shows in the diff."""
 
     name = "tracemalloc"
-    tracing = "tracer"
+    tracer = True
     frames = 16
 
     def __init__(self) -> None:
@@ -270,7 +270,6 @@ class CycleCensus:
     on, cyclic garbage is a note, not a finding)."""
 
     name = "gc_cycles"
-    tracing = "inside"
     #: Garbage objects whose creation site is looked up.
     sample = 10_000
 
@@ -316,7 +315,6 @@ class ContainerSites:
     not where its owner's class is defined."""
 
     name = "container_sites"
-    tracing = "inside"
     #: Newest items per container whose allocation is looked up.
     sample = 8
 
