@@ -200,7 +200,7 @@ def floor() -> dict[str, Any]:
         series.add(step, read(), step + 6)
 
     def sample() -> None:
-        doctor._countdown = 0  # the next step is sampled
+        doctor._engine.wake()  # the next step is sampled
         doctor.step()
 
     calls = {"empty": empty, "bare": bare, "rss_only": rss_only, "doctor": sample}

@@ -70,13 +70,12 @@ def _conclude(engine: Engine) -> None:
     """Stop watching: the user's time so far, the sampler thread, the clinic's pending work, the last
     looks (_judging/last_look.py), the probes."""
     engine.sampler.account_user_time(engine.steps, time.perf_counter())
-    engine.idle = False
+    engine.stop_counting()
     engine.sampler.stop_thread()
-    start = time.perf_counter()
-    engine.guard.call("finish", engine.clinic.conclude_pending, engine.steps)
-    engine.guard.call("last look", last_look.conclude, engine.clinic, engine.monitor, engine.settings,
-                      engine.last_looks, engine.steps)
-    engine.clinic.forensic_seconds += time.perf_counter() - start  # the doctor's time: in its overhead line
+    clinic, guard = engine.clinic, engine.guard
+    clinic.timed(guard.call, "finish", clinic.conclude_pending, engine.steps)  # in the overhead line
+    clinic.timed(guard.call, "last look", last_look.conclude, clinic, engine.monitor, engine.settings,
+                 engine.last_looks, engine.steps)
     engine.probes.close()
 
 

@@ -48,8 +48,9 @@ __all__ = ["Engine"]
 
 class Engine:
     """The doctor's state: its settings, its framework part, the parts it wired (probes, monitor, clinic,
-    sampler, limit watch, heartbeat, exporter), its step count and the countdown to the next sample. The
-    public LeakDoctor counts the steps that do nothing itself, and hands the others to `work`."""
+    sampler, limit watch, heartbeat, exporter), its step count and the step of the next sample. The public
+    LeakDoctor counts the `quiet` steps itself (those with nothing to do but be counted: one decrement and
+    one comparison, the cheapest test a step can pay), and hands the others to `step`."""
 
     def __init__(self, settings: Settings, part: Framework) -> None:
         self.settings, self.part = settings, part
@@ -72,7 +73,10 @@ class Engine:
         # The summary written while the run goes (heartbeat=, oom_watermark=), so that a SIGKILL leaves it
         self.heartbeat = Heartbeat(settings, self.memory, self.monitor, self.clinic, self.guard, self.interim_summary)
         self.steps = 0
-        self.countdown: float = 1  # steps to the next sample, read by the doctor's step() alone when unsampled
+        self.next_sample: float = 1  # the step of the next sample (inf once switched off)
+        #: steps left that the doctor's step() only counts: the steps before the next sample while nothing
+        #: else is due (no remedy acting, no window open, no agreement of ranks to check), else 0
+        self.quiet: float = 0
         self.idle = True
         self.result: Summary | None = None  # the final summary, once finish() built it
         #: how the run was finished without the script's finish(): "exit", "collected", "SIGTERM" (_unattended.py)
@@ -123,10 +127,10 @@ class Engine:
         self.trackers = feed.feed_for(self.settings, self.guard)
 
     def start_thread(self) -> None:
-        """Watch resident memory on the sampler thread (_reading/thread.py): it wakes the next step by
-        zeroing the countdown, and raises the memory alarm."""
+        """Watch resident memory on the sampler thread (_reading/thread.py): it wakes the next step (`wake`),
+        and raises the memory alarm."""
         beat = self.heartbeat
-        self.sampler.start_thread(wake=partial(setattr, self, "countdown", 0), step_of=partial(getattr, self, "steps"),
+        self.sampler.start_thread(wake=self.wake, step_of=partial(getattr, self, "steps"),
                                   alarm=self.memory_alarm, watermark=lambda: beat.resident_watermark)
 
     def memory_alarm(self, step: int, rss: float) -> None:
@@ -139,7 +143,28 @@ class Engine:
             finally:
                 self.lock.release()
 
+    def wake(self) -> None:
+        """Sample the next step. From any thread: a step that overwrites `quiet` meanwhile only delays the
+        sample to the end of its quiet steps, since `next_sample` stays passed."""
+        self.next_sample = self.quiet = 0
+
     # --- a step that does something ----------------------------------------------------------------
+
+    def step(self, context: Mapping[str, Any]) -> None:
+        """A step past the quiet ones: work if a sample is due or the clinic is busy, agree with the other
+        ranks where they do, and count the quiet steps up to the next sample."""
+        if self.steps + 1 < self.next_sample and self.idle:
+            self.steps += 1
+        else:
+            with self.lock:
+                self.work(context)
+        if self.shared:  # the ranks of a distributed run agree on the stop at the same steps
+            self.agree_if_due()
+        self.quiet = self.next_sample - self.steps - 1 if self.idle and not self.shared else 0
+
+    def stop_counting(self) -> None:
+        """The run ended: every later step goes to `work`, which counts none."""
+        self.idle, self.quiet = False, 0
 
     def work(self, context: Mapping[str, Any]) -> None:
         """The part of a step that does something: remedies, and a sample when one is due."""
@@ -147,9 +172,9 @@ class Engine:
         if self.result is not None:
             self.idle = False
             return
-        if "leakdoctor" in self.guard.off:  # switched off: steps are still counted, on the countdown's path
+        if "leakdoctor" in self.guard.off:  # switched off: steps are still counted, as quiet ones
             self.steps += 1
-            self.countdown, self.idle = math.inf, True
+            self.next_sample, self.idle = math.inf, True
             return
         # The doctor's CPU time is this thread's, measured: its wall time would overstate it on a busy
         # machine (preempted mid-sample), and taken off the process's CPU time it would hide the user's
@@ -158,7 +183,7 @@ class Engine:
         clinic = self.clinic
         before = (clinic.forensic_seconds, clinic.remedy_seconds, self.probes.paced_seconds, self.heartbeat.seconds)
         investigating = clinic.investigation is not None
-        sampled = clinic.watching or self.countdown <= 0
+        sampled = clinic.watching or self.steps >= self.next_sample
         try:
             if clinic.treatments:
                 clinic.treat_step(self.steps, context, self.sampler.step_seconds)
@@ -196,7 +221,7 @@ class Engine:
         if completed or not clinic.idle:
             clinic.after_sample(self.steps, completed, context, sampler.step_seconds, sampler.user_seconds,
                                 sampler.own_seconds + sampler.thread_seconds)
-        self.countdown = sampler.steps_to_next(self.steps)
+        self.next_sample = self.steps + sampler.steps_to_next(self.steps)
         if self.publisher is not None:
             self.guard.call("prometheus", self.publish)
         if self.trackers is not None:

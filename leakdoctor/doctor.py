@@ -3,7 +3,7 @@
 `LeakDoctor` checks the options, builds its engine from the settings and the framework part it is given
 (the plain Python part by default; the framework modules in `leakdoctor.callbacks` build theirs and hand
 it over), registers how the run is finished if the script never finishes it (_unattended.py), and counts
-the steps that do nothing itself: a step that is not sampled costs a countdown. The engine does the rest:
+the steps that do nothing itself: such a step costs a decrement and a comparison. The engine does the rest:
 a sampled step reads the probes (_reading/), the clinic investigates, diagnoses, treats and verifies
 (_judging/), the limit watch acts on what it found (_lifecycle/), and _closing.py ends the run with the
 summary (reporting/). Data flows one way: probes → series → detector → investigation → diagnosis →
@@ -141,14 +141,11 @@ class LeakDoctor:
         """Call once at the end of every training step. Keyword arguments (this step's arrays, loss,
         state) are handed to remedies that need them, e.g. force_eval evaluates them."""
         engine = self._engine
-        engine.countdown -= 1
-        if engine.countdown > 0 and engine.idle:
+        engine.quiet -= 1
+        if engine.quiet >= 0:
             engine.steps += 1
         else:
-            with engine.lock:
-                engine.work(context)
-        if engine.shared:  # the ranks of a distributed run agree on the stop at the same steps
-            engine.agree_if_due()
+            engine.step(context)
 
     def finish(self, exception: BaseException | None = None) -> Summary:
         """End the run: conclude what is pending, build the summary, write, plot and print it. Safe to
@@ -239,11 +236,3 @@ class LeakDoctor:
     @property
     def _publisher(self) -> exporter.Publisher | None:
         return self._engine.publisher
-
-    @property
-    def _countdown(self) -> float:
-        return self._engine.countdown
-
-    @_countdown.setter
-    def _countdown(self, steps: float) -> None:
-        self._engine.countdown = steps

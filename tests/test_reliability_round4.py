@@ -100,6 +100,46 @@ def test_a_doctor_whose_engine_switched_off_is_unwatched_not_clean(tmp_path):
     assert json.loads(path.read_text())["unwatched"]["reason"] == result["unwatched"]["reason"]
 
 
+def engine_off_mid_investigation() -> dict:
+    """A real 100 kB/step leak; an integration's probe answers a number until an investigation's tracer runs,
+    then an array, which the engine trips on in the middle of the open window. Returns, after each step,
+    whether tracemalloc traced, and the step at which the probe first saw it trace."""
+    import tracemalloc
+    import warnings
+
+    import numpy as np
+
+    from leakdoctor.integrations import FunctionProbe, Integration, MetricSpec
+
+    step, seen = [0], []
+
+    def read() -> dict:
+        if not tracemalloc.is_tracing():
+            return {"odd": 1.0}
+        seen.append(step[0])
+        return {"odd": np.array([1.0, 2.0])}
+
+    odd = Integration("odd", probes=[FunctionProbe("odd", read, {"odd": MetricSpec("odd")})])
+    kept, tracing = [], []
+    with warnings.catch_warnings(record=True):
+        with LeakDoctor(integrations=[odd], memory_limit="2GiB", warmup=5, window=4, overhead=1.0,
+                        verbose=False) as doctor:
+            for step[0] in range(1, 301):
+                kept.append(np.ones(12_500))  # 100 kB a step, kept
+                doctor.step()
+                tracing.append(tracemalloc.is_tracing())
+    return {"seen": seen, "tracing": tracing, "errors": doctor.summary.errors, "steps": doctor.summary.steps}
+
+
+def test_a_doctor_that_switches_itself_off_mid_investigation_stops_its_tracer():
+    result = isolated(engine_off_mid_investigation)
+    assert result["seen"], result  # an investigation did open, and its tracer ran when the engine failed
+    failed = result["seen"][0]
+    assert [e["part"] for e in result["errors"]] == ["leakdoctor"], result["errors"]
+    assert not any(result["tracing"][failed - 1:]), result["tracing"]  # from the failing step on, no tracer
+    assert result["steps"] == 300
+
+
 @pytest.mark.parametrize("option, value", [
     ("horizon", 10**400), ("warmup", 2**51), ("window", 10**400), ("investigate_steps", 10**400),
     ("verify_windows", 10**400), ("rank", 10**400), ("limit_margin", 10**400),

@@ -29,6 +29,11 @@ def is_engine(filename: str) -> bool:
     return path.startswith(_PACKAGE + os.sep) and not path.startswith(_EXAMPLES + os.sep)
 
 
+def is_engine_module(name: str) -> bool:
+    """A module of leakdoctor's own code, by its name (as is_engine: its examples are user code)."""
+    return name.startswith("leakdoctor.") and not name.startswith("leakdoctor.examples.")
+
+
 def is_user_file(filename: str) -> bool:
     """True for the user's own source: not leakdoctor's engine, not site-packages, not the stdlib."""
     if filename.startswith("<"):

@@ -135,12 +135,12 @@ class Clinic:
         self.spent_seconds = spent_seconds
         if self.investigation is not None:
             self._join(completed)
-            self._timed(self.investigation.tick, step)
+            self.timed(self.investigation.tick, step)
             if self.investigation.due(step):
-                self._timed(self._conclude)
+                self.timed(self._conclude)
         self._verify()
         if self.triage is not None:
-            self._timed(self._triage_step, step, completed, run_seconds)
+            self.timed(self._triage_step, step, completed, run_seconds)
         elif self.investigation is None and completed:
             suspects = {m: t for m, levels in completed.items() if (t := self.suspicion.of(m, levels))}
             if not suspects:
@@ -152,7 +152,7 @@ class Clinic:
             self.triaged += 1
             self.monitor.busy(suspects)
             self.triage, self._counters = Triage(dict(suspects), step, self.settings.window), counters
-            self._timed(self._read_counters, step)
+            self.timed(self._read_counters, step)
 
     def _escalate(self, suspects: Mapping[str, Trend], run_seconds: float) -> None:
         """Open an investigation of these suspects, unless investigations have used their budget."""
@@ -163,7 +163,7 @@ class Clinic:
                 self.deferred_at.append({"step": self._step, "metrics": sorted(suspects), "why": "budget",
                                          "spent_seconds": round(spent, 3), "run_seconds": round(run_seconds + spent, 3)})
             return
-        self._timed(self._investigate, dict(suspects))
+        self.timed(self._investigate, dict(suspects))
 
     def _spec(self, metric: str) -> MetricSpec:
         series = self.monitor.series.get(metric)
@@ -245,7 +245,7 @@ class Clinic:
 
     # --- investigate and diagnose -----------------------------------------------------------------
 
-    def _timed(self, fn: Callable[..., None], *args: Any) -> None:
+    def timed(self, fn: Callable[..., None], *args: Any) -> None:
         """Run `fn`, its time the clinic's (once: a timed call within a timed call is not counted again)."""
         if self._timing:
             fn(*args)

@@ -1,12 +1,13 @@
 """The per-step path: which steps are sampled, what a sample reads, and what the doctor's own time is.
 
-A step that is not sampled costs a countdown (LeakDoctor.step). A sample reads the probes that are due
-and appends each reading to its series: O(1) work per series, no statistics (the clinic runs them, and
-only for a series whose window closed on a new high). It also times the user's steps since the last
-sample: their wall time, which the overhead fraction and the pacer divide by, and the process's CPU
-time, a series of its own. The clocks read on the way are vDSO reads; the only system calls of a
-common sample are the two counters it is for: resident memory's pread and the process's CPU time
-(a system call costs 2-10 µs right after a step that ran for a while, more than the Python around it).
+A step that is not sampled costs a decrement and a comparison (LeakDoctor.step). A sample reads the
+probes that are due and appends each reading to its series: O(1) work per series, no statistics (the
+clinic runs them, and only for a series whose window closed on a new high). It also times the user's
+steps since the last sample: their wall time, which the overhead fraction and the pacer divide by, and
+the process's CPU time, a series of its own. The clocks read on the way are vDSO reads; the only system
+calls of a common sample are the two counters it is for: resident memory's pread and the process's CPU
+time (a system call costs 2-10 µs right after a step that ran for a while, more than the Python around
+it).
 
 The pacer sets the steps to the next sample from the mean wall time of the doctor's sampling work,
 PACE_EVERY samples at a time: the clock of the own account and of a caller timing `doctor.step()`.

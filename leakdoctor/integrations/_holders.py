@@ -7,16 +7,19 @@ the objects kept. Framework-free: torch's retained graphs and JAX's kept arrays 
 
 from __future__ import annotations
 
+import functools
 import gc
 import inspect
 import sys
+import types
 import weakref
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from leakdoctor._base.messages import Record, msg
-from leakdoctor._base.source import calling_line, frame_locals, is_user_file, short_path, stored_value, storing_line
+from leakdoctor._base.source import (calling_line, frame_locals, is_engine_module, is_user_file, short_path,
+                                     stored_value, storing_line)
 from leakdoctor.integrations import _heap as heap
 
 
@@ -107,14 +110,17 @@ def find_holders(kept: Sequence[Any], roots: Sequence[Any], frame: Any) -> list[
     container once."""
     ids = {id(t) for t in kept}
     found: dict[int, tuple[int, float, Holder]] = {}
-    for path, scope, value, origins, get, rebind in places(roots, frame):
-        count, depth = _holds(value, ids)
-        if count and id(value) not in found:
-            regions, line = _regions(*origins)
-            found[id(value)] = (-count, depth, Holder(path, scope, count, regions, line, get, rebind))
-    # most held first; of two holding as many, the nearer one (the list itself before an object that has it)
-    holders = [holder for *_, holder in sorted(found.values(), key=lambda f: f[:2])]
-    return [_narrowed(holders[0], ids), *holders[1:]] if holders else []
+    try:
+        for path, scope, value, origins, get, rebind in places(roots, frame):
+            count, depth = _holds(value, ids)
+            if count and id(value) not in found:
+                regions, line = _regions(*origins)
+                found[id(value)] = (-count, depth, Holder(path, scope, count, regions, line, get, rebind))
+        # most held first; of two holding as many, the nearer one (the list itself before an object that has it)
+        holders = [holder for *_, holder in sorted(found.values(), key=lambda f: f[:2])]
+        return [_narrowed(holders[0], ids), *holders[1:]] if holders else []
+    finally:
+        _is_program.cache_clear()  # holds the types it saw: none outlives the search
 
 
 def _narrowed(holder: Holder, ids: set[int]) -> Holder:
@@ -139,7 +145,9 @@ def _narrowed(holder: Holder, ids: set[int]) -> Holder:
                 holder = Holder(path, f" of {place.name}", holder.count, place.regions, place.line, get, None,
                                 place.via or place.variable)
         elif isinstance(value, CONTAINERS):
-            items = value.values() if isinstance(value, dict) else value
+            items = list(value.values() if isinstance(value, dict) else value)
+            if any(id(item) in ids for item in items):  # it holds them itself: no item is a nearer place
+                return holder
             value = next((v for v in items if _holds(v, ids)[0] >= holder.count), None)
         else:
             return holder
@@ -166,7 +174,18 @@ Place = tuple[str, str, Any, tuple[Any, ...], Callable[[], Any], "Callable[[Any]
 def places(roots: Sequence[Any], frame: Any) -> Iterator[Place]:
     """Every place the user's program keeps things: attributes of the roots (of each of a torch module's
     submodules), then the variables of the user's frames from `frame` outwards (and attributes of the
-    user's objects among them), and their modules' globals."""
+    user's objects among them), and their modules' globals. The doctor's own objects are no such place
+    (searching the doctor's series and clinic took a third of a tensor census's end)."""
+    return (place for place in _places(roots, frame) if not _ours(place[2]))
+
+
+def _ours(value: Any) -> bool:
+    """Is `value` one of leakdoctor's own objects (the user's doctor among them)?"""
+    module = getattr(type(value), "__module__", None)
+    return isinstance(module, str) and is_engine_module(module)
+
+
+def _places(roots: Sequence[Any], frame: Any) -> Iterator[Place]:
     for root in roots:
         for module in root.modules() if callable(getattr(root, "modules", None)) else [root]:
             for path, value, get, rebind in _attributes(module, type(module).__qualname__, depth=2):
@@ -292,6 +311,8 @@ def _holds(value: Any, ids: set[int]) -> tuple[int, float]:
             seen.add(key)
             if key in ids:
                 count, total = count + 1, total + depth
+                if count == len(ids):  # it holds them all: nothing more to find
+                    return count, total / count
             elif _enterable(item):
                 inner.append(item)
             if len(seen) > BUDGET:  # a large place (a list of 200,000 records) is looked into only so far
@@ -325,8 +346,24 @@ def _enterable(obj: Any) -> bool:
     program itself, not its data)."""
     if isinstance(obj, CONTAINERS):
         return True
-    return gc.is_tracked(obj) and not (inspect.isclass(obj) or inspect.ismodule(obj) or inspect.isroutine(obj)
-                                       or inspect.isframe(obj) or inspect.iscode(obj) or isinstance(obj, weakref.ref))
+    return gc.is_tracked(obj) and not _is_program(type(obj))
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_program(kind: type) -> bool:
+    """Are objects of this type the program itself (classes, modules, routines, frames, code, weak
+    references)? inspect's tests look at the type alone, and are dear to run for every object a search
+    meets: asked once per type and search (find_holders empties the cache)."""
+    return (issubclass(kind, (type, types.ModuleType, types.FrameType, types.CodeType, weakref.ref))
+            or _routine_type(kind))
+
+
+def _routine_type(kind: type) -> bool:
+    """inspect.isroutine, for the objects of `kind`: functions, methods, builtins, method descriptors and
+    wrappers."""
+    if issubclass(kind, (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.MethodWrapperType)):
+        return True
+    return hasattr(kind, "__get__") and not hasattr(kind, "__set__") and not issubclass(kind, type)
 
 
 def keep_instead(value: str, sample: Any = None) -> Record:
