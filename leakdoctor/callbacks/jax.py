@@ -126,16 +126,12 @@ class LeakDoctor(doctor.LeakDoctor):
         """Call at the end of every training step. `state`: a Flax TrainState (returned, possibly with
         a rewritten tx), an nnx.Optimizer, or anything (returned as is). Bare optax loops pass
         `opt_state=` and `params=`. Other keyword arguments reach remedies (see leakdoctor.LeakDoctor)."""
-        engine = self._engine
-        engine.quiet -= 1
-        if engine.quiet >= 0:  # a quiet step, as LeakDoctor.step counts it: no remedy acts (the engine is idle)
-            engine.steps += 1
-            return self._swap(state) if self._originals else state
-        self._now = (state, opt_state, params)  # what the cond scan reads, while the engine works
+        self._now = (state, opt_state, params)
         try:
-            engine.step(context)
+            super().step(**context)
         finally:
             self._now = None
+        # Checked on every step, so the cheap test first (active_remedies builds a list).
         return self._swap(state) if self._originals or self.active_remedies else state
 
     # --- what the cond scan sees --------------------------------------------------------------------
