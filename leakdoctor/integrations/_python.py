@@ -6,13 +6,14 @@ python_objects."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import numbers
 import sys
 import tracemalloc
 import weakref
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from leakdoctor._base.evidence import Evidence, Rule
@@ -249,12 +250,13 @@ def collector_on() -> bool:
 @dataclass
 class Cycles:
     """Objects in reference cycles that were garbage at the end of the window (gc could free them, it had
-    not): how many of each type, and where the user's code created them (file:line, while tracemalloc
-    traced the window), the groups most numerous first, a function (a closure closing the cycle) first
-    among equals."""
+    not): how many of each type, where the user's code created them (file:line, while tracemalloc traced
+    the window), the groups most numerous first, a function (a closure closing the cycle) first among
+    equals; and the bytes of that garbage by the allocation site the tracemalloc diff blames."""
 
     rows: list[tuple[str, int]]
     sites: list[tuple[str, str, int]]  # (type, file:line, count)
+    garbage: dict[str, int] = field(default_factory=dict)  # allocation site (AllocationDiff's) -> bytes
 
     def top(self, n: int = 3) -> str:
         return ", ".join(f"{count} {kind} (created at {site})" for kind, site, count in self.sites[:n])
@@ -265,20 +267,20 @@ class CycleCensus:
     one gc.collect() with DEBUG_SAVEALL keeps the garbage it finds (finalizers run, as in any collection),
     its types are counted and its objects' creation sites read from tracemalloc (still tracing: this
     forensic ends before the allocation diff), then it is dropped again, unreachable, for the cleanup
-    ladder's gc.collect() to free. Costs one full collection, so it is taken only while the collector is
-    off (disabled, or its threshold 0): the only time the garbage_cycles rule reads it (with the collector
-    on, cyclic garbage is a note, not a finding)."""
+    ladder's gc.collect() to free. Taken whether the collector runs or not, for the allocation diff that
+    ends after it: what waits for a collection is not kept. The python_objects rule leaves the garbage
+    counted here out of the diff, and the collection runs what waits for one: JAX releases the host
+    buffers of finished computations from a gc callback (jax#14882). A Keras fit on JAX holds 150-600 KiB
+    of them at any moment, rising and falling by as much over eight steps: a slow leak's worth."""
 
     name = "gc_cycles"
     #: Garbage objects whose creation site is looked up.
-    sample = 10_000
+    sample = 50_000
 
     def begin(self) -> None:
         pass
 
     def end(self, steps: int) -> Cycles:
-        if collector_on():
-            return Cycles([], [])
         flags, before = gc.get_debug(), len(gc.garbage)
         gc.set_debug(flags | gc.DEBUG_SAVEALL)
         try:
@@ -290,13 +292,27 @@ class CycleCensus:
             del gc.garbage[before:]  # the program's own gc.garbage is left as it was
         kinds = Counter(type_name(type(obj)) for obj in found)
         sites: Counter[tuple[str, str]] = Counter()
+        garbage: Counter[str] = Counter()
+        leaves = {}  # what the collector does not track dies with the garbage that holds it (buffers, bytes)
         for obj in found[:self.sample] if tracemalloc.is_tracing() else ():
-            traceback = tracemalloc.get_object_traceback(obj)
-            frame = _blame(traceback) if traceback else None
-            if frame is not None and is_user_file(frame.filename):
-                sites[(type_name(type(obj)), f"{short_path(frame.filename)}:{frame.lineno}")] += 1
+            leaves.update((id(leaf), leaf) for leaf in gc.get_referents(obj) if not gc.is_tracked(leaf))
+            site = _allocated_at(obj)  # None for an instance whose dict Python manages (3.11)
+            if site is not None:
+                garbage[site[0]] += sys.getsizeof(obj)  # an array's own buffer included
+                if site[1]:
+                    sites[(type_name(type(obj)), site[0])] += 1
+        for leaf in leaves.values():
+            if (where := _allocated_at(leaf)) is not None:
+                garbage[where[0]] += sys.getsizeof(leaf)
         ranked = sorted(sites.items(), key=lambda item: (-item[1], item[0][0] != "function"))
-        return Cycles(kinds.most_common(10), [(kind, site, n) for (kind, site), n in ranked if n >= 2])
+        return Cycles(kinds.most_common(10), [(kind, site, n) for (kind, site), n in ranked if n >= 2], dict(garbage))
+
+
+def _allocated_at(obj: Any) -> tuple[str, bool] | None:
+    """Where tracemalloc saw `obj` allocated, as the allocation diff blames it (file:line, user code?)."""
+    traceback = tracemalloc.get_object_traceback(obj)
+    frame = _blame(traceback) if traceback else None
+    return (f"{short_path(frame.filename)}:{frame.lineno}", is_user_file(frame.filename)) if frame else None
 
 
 @dataclass
@@ -626,10 +642,10 @@ def python_objects(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
     (a list of losses kept with their graphs) does not hide this one: the allocation site is its own proof,
     its line its own place, its bytes its own rate."""
     metric = "rss_bytes"
-    growth = ev.reports.get("tracemalloc")
-    if metric not in ev.unaccounted(accepted) or not ev.survives(metric) or not growth or not growth.top:
+    sites = _kept_sites(ev.reports.get("tracemalloc"), ev.reports.get("gc_cycles"))
+    if metric not in ev.unaccounted(accepted) or not ev.survives(metric) or not sites:
         return []
-    site = growth.top
+    site = sites[0]
     if site.size < 0.3 * ev.unmeasured(metric, accepted) or \
             any(f.where == site.location for f in accepted if metric in f.explains):
         return []
@@ -639,6 +655,14 @@ def python_objects(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
                      site=site.location, types=_types(ev)),
         recommendation=msg("find_who_holds", site=site.location),
     )]
+
+
+def _kept_sites(growth: AllocationGrowth | None, cycles: Cycles | None) -> list[Site]:
+    """The allocation sites that grew, less the cyclic garbage allocated there (it waits for a collection,
+    it is not kept), the user's first, then the largest."""
+    garbage = cycles.garbage if cycles else {}
+    kept = [dataclasses.replace(s, size=s.size - garbage.get(s.location, 0)) for s in growth.sites] if growth else []
+    return sorted((s for s in kept if s.size > 0), key=lambda s: (s.user, s.size), reverse=True)
 
 
 def integration(watchlist: Watchlist) -> Integration:
