@@ -193,3 +193,21 @@ def test_a_dropped_doctors_engine_finishes_its_run(tmp_path):
     gc.collect()
     assert [(e.unattended, e.steps) for e in endings] == [("collected", 12)]
     assert json.loads((tmp_path / "leaks.json").read_text())["steps"] == 12
+
+
+def test_quiet_step_counts_the_steps_with_nothing_to_do_and_leaves_the_others_to_step(tmp_path):
+    """The helper a doctor that prepares work for step() (the JAX doctor) calls first: a step it counts is
+    one step of the run and is never sampled; the steps it leaves are taken by step()."""
+    doctor = LeakDoctor(summary_path=tmp_path / "leaks.json", verbose=False)
+    counted, left = set(), set()
+    for step in range(1, 301):
+        if doctor.quiet_step():
+            counted.add(step)
+        else:
+            doctor.step()
+            left.add(step)
+    summary = doctor.finish()
+    assert summary.steps == doctor.steps == 300
+    assert counted and left
+    sampled = {step for step, _ in summary.series["rss_bytes"].points} - {300}  # finish() may sample the last
+    assert sampled and not sampled & counted, sorted(sampled & counted)

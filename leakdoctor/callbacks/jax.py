@@ -126,12 +126,13 @@ class LeakDoctor(doctor.LeakDoctor):
         """Call at the end of every training step. `state`: a Flax TrainState (returned, possibly with
         a rewritten tx), an nnx.Optimizer, or anything (returned as is). Bare optax loops pass
         `opt_state=` and `params=`. Other keyword arguments reach remedies (see leakdoctor.LeakDoctor)."""
-        self._now = (state, opt_state, params)
+        if self.quiet_step():  # no remedy can have been applied: only a rewrite handed out before is handed again
+            return self._swap(state) if self._originals else state
+        self._now = (state, opt_state, params)  # what the cond scan reads, while the engine works
         try:
             super().step(**context)
         finally:
             self._now = None
-        # Checked on every step, so the cheap test first (active_remedies builds a list).
         return self._swap(state) if self._originals or self.active_remedies else state
 
     # --- what the cond scan sees --------------------------------------------------------------------
