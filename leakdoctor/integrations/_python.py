@@ -293,7 +293,7 @@ class CycleCensus:
         kinds = Counter(type_name(type(obj)) for obj in found)
         sites: Counter[tuple[str, str]] = Counter()
         garbage: Counter[str] = Counter()
-        leaves = {}  # what the collector does not track dies with the garbage that holds it (buffers, bytes)
+        leaves: dict[int, Any] = {}  # what the collector does not track dies with the garbage holding it (buffers)
         for obj in found[:self.sample] if tracemalloc.is_tracing() else ():
             leaves.update((id(leaf), leaf) for leaf in gc.get_referents(obj) if not gc.is_tracked(leaf))
             site = _allocated_at(obj)  # None for an instance whose dict Python manages (3.11)
@@ -635,10 +635,11 @@ def garbage_cycles(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
 
 
 def python_objects(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
-    """Resident memory that survives cleanup and that traced Python allocations account for: a good part
-    of the window's growth, or of what the suspicion's pace predicts for it, whichever is less (a window
-    that also holds a warm-up's growth, a Keras fit's first compiles, grows far more than the leak), less
-    what the findings before measured. Another finding on resident memory that did not measure its bytes
+    """Resident memory that survives cleanup and that traced Python allocations account for (less the
+    cyclic garbage the gc cycle census found at their site): a good part of the window's growth, or of
+    what the suspicion's pace predicts for it, whichever is less (a window that also holds a warm-up's
+    growth, a Keras fit's first compiles, grows far more than the leak), less what the findings before
+    measured. Another finding on resident memory that did not measure its bytes
     (a list of losses kept with their graphs) does not hide this one: the allocation site is its own proof,
     its line its own place, its bytes its own rate."""
     metric = "rss_bytes"
