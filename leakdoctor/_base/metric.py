@@ -20,7 +20,9 @@ class MetricSpec:
     forensics run (leakdoctor/_judging/triage.py); empty, the metric proves itself and is investigated at once.
     `covers` names a metric whose growth this one counts too, as the limit counts it (a cgroup's charge
     covers resident memory): a leak that explains that metric is projected onto this one, which carries
-    the limit."""
+    the limit.
+    `lower_bound`: a count that misses events between samples (the MLX trace sentinel counts at most one
+    a sample): its slope is a lower bound, and a rate a window counted exactly is not lowered by it."""
 
     name: str
     unit: str = "bytes"
@@ -30,6 +32,7 @@ class MetricSpec:
     where: str | None = None
     confirmed_by: tuple[str, ...] = ()
     covers: str | None = None
+    lower_bound: bool = False
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:

@@ -54,6 +54,7 @@ def stopped(finding: Finding, monitor: Monitor, settings: Settings) -> bool:
     detection said."""
     needed = 2 * settings.verify_windows
     series = monitor.series[finding.metric]
+    rate = _series_pace(finding, series, settings)
     steps, _ = series.minima(0, finding.detected_step)
     if len(steps) < needed:  # a metric read rarely (a probe whose cost grew) has a longer stretch to show
         return False
@@ -62,7 +63,7 @@ def stopped(finding: Finding, monitor: Monitor, settings: Settings) -> bool:
     third = series.end_step - (series.end_step - finding.first_step) // 3
     recent = min(int(steps[-needed]), max(third, finding.detected_step + 1)) - 1
     after = monitor.trend_since(finding.metric, recent)
-    if after.slope > 0.25 * finding.rate_per_step:
+    if after.slope > 0.25 * rate:
         return False
     still = max(after.slope, after.slope_high)
     whole = whole_fit(series, settings, since=finding.first_step - 1)
@@ -70,8 +71,17 @@ def stopped(finding: Finding, monitor: Monitor, settings: Settings) -> bool:
             (whole is None or still > 0.25 * whole[0]):
         return False  # what still grows matters, at more than a quarter of the run's pace
     found = whole_fit(series, settings, since=finding.first_step - 1, until=finding.detected_step)
-    pace = max(found[0] if found else 0.0, finding.rate_per_step)
+    pace = max(found[0] if found else 0.0, rate)
     return not _pausing(series, finding.first_step, pace, settings.window)
+
+
+def _series_pace(finding: Finding, series: Any, settings: Settings) -> float:
+    """The pace the series itself showed until the detection: the finding's rate, unless the series is a
+    lower bound (a count that misses events between samples), whose own slope is compared with its own."""
+    if not series.spec.lower_bound:
+        return finding.rate_per_step
+    found = whole_fit(series, settings, since=finding.first_step - 1, until=finding.detected_step)
+    return found[0] if found and found[0] > 0 else finding.rate_per_step
 
 
 def _pausing(series: Any, since: int, pace: float, window: int) -> bool:

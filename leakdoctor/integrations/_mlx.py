@@ -430,7 +430,7 @@ class TraceSentinel:
         self._countdown = 0
         self._counted = 0  # the count at the last sample
         self._last = time.perf_counter()
-        self._spec = MetricSpec(TRACES, "count", source="mlx")
+        self._spec = MetricSpec(TRACES, "count", source="mlx", lower_bound=True)  # a trace a sample at most
 
     def read(self) -> Mapping[str, float]:
         now = time.perf_counter()
@@ -683,7 +683,7 @@ def compile_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:
         recommendation=msg("shapeless", function=name),
     )
     # the sentinel counts at most a trace a sample; the window's full count is the rate
-    return [finding if metric in ev.suspects else replace(finding, rate_per_step=count / ev.steps)]
+    return [replace(finding, rate_per_step=count / ev.steps, detected_rate=count / ev.steps, rate_interval=None)]
 
 
 def buffer_cache(ev: Evidence, accepted: list[Finding]) -> list[Finding]:

@@ -135,6 +135,8 @@ def _judged(finding: Finding, findings: list[Finding], monitor: Monitor, setting
         if fit and fit[0] > 0:
             share = rate_share(finding, findings)
             copy.rate_per_step, copy.rate_interval = fit[0] * share, (fit[1] * share, fit[2] * share)
+            if series.spec.lower_bound and finding.rate_per_step > copy.rate_per_step:  # the window counted exactly
+                copy.rate_per_step, copy.rate_interval = finding.rate_per_step, None
         grew = fit is None or fit[0] > 0  # shrank over the run: the rate at detection stays, none of it matters
     material = grew and (series is None or _material(copy, series, settings))
     copy.state, copy.reason = _state(copy, finding, findings, monitor, settings, material, grew)
