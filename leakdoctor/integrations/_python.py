@@ -14,7 +14,7 @@ import tracemalloc
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from leakdoctor._base.evidence import Evidence, Rule
 from leakdoctor._base.findings import Finding
@@ -230,16 +230,25 @@ class AllocationDiff:
         for stat in after.compare_to(before, "traceback"):
             if stat.size_diff <= 0:
                 continue
-            frame = _blame(stat.traceback)
-            if frame is None:
+            key = _site_of(stat.traceback)
+            if key is None:
                 continue
-            key = (f"{short_path(frame.filename)}:{frame.lineno}", is_user_file(frame.filename))
             acc = sites.setdefault(key, [0, 0])
             acc[0] += stat.size_diff
             acc[1] += stat.count_diff
-        ranked = sorted((Site(loc, size, count, user) for (loc, user), (size, count) in sites.items()),
-                        key=lambda s: (s.user, s.size), reverse=True)
-        return AllocationGrowth([s for s in ranked if s.size > 0])
+        return AllocationGrowth(_ranked(Site(loc, size, count, user) for (loc, user), (size, count) in sites.items()))
+
+
+def _site_of(traceback: tracemalloc.Traceback) -> tuple[str, bool] | None:
+    """The site an allocation is blamed on (file:line of _blame's frame, and whether it is the user's);
+    None for what leakdoctor's engine allocated."""
+    frame = _blame(traceback)
+    return (f"{short_path(frame.filename)}:{frame.lineno}", is_user_file(frame.filename)) if frame else None
+
+
+def _ranked(sites: Iterable[Site]) -> list[Site]:
+    """The sites that grew, the user's first, then the largest."""
+    return sorted((s for s in sites if s.size > 0), key=lambda s: (s.user, s.size), reverse=True)
 
 
 def collector_on() -> bool:
@@ -309,10 +318,9 @@ class CycleCensus:
 
 
 def _allocated_at(obj: Any) -> tuple[str, bool] | None:
-    """Where tracemalloc saw `obj` allocated, as the allocation diff blames it (file:line, user code?)."""
+    """Where tracemalloc saw `obj` allocated, as the allocation diff blames it (_site_of)."""
     traceback = tracemalloc.get_object_traceback(obj)
-    frame = _blame(traceback) if traceback else None
-    return (f"{short_path(frame.filename)}:{frame.lineno}", is_user_file(frame.filename)) if frame else None
+    return _site_of(traceback) if traceback else None
 
 
 @dataclass
@@ -662,8 +670,8 @@ def _kept_sites(growth: AllocationGrowth | None, cycles: Cycles | None) -> list[
     """The allocation sites that grew, less the cyclic garbage allocated there (it waits for a collection,
     it is not kept), the user's first, then the largest."""
     garbage = cycles.garbage if cycles else {}
-    kept = [dataclasses.replace(s, size=s.size - garbage.get(s.location, 0)) for s in growth.sites] if growth else []
-    return sorted((s for s in kept if s.size > 0), key=lambda s: (s.user, s.size), reverse=True)
+    sites = growth.sites if growth else []
+    return _ranked(dataclasses.replace(s, size=s.size - garbage.get(s.location, 0)) for s in sites)
 
 
 def integration(watchlist: Watchlist) -> Integration:
